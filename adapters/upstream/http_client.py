@@ -1,0 +1,163 @@
+"""The one module that sends HTTP requests upstream, on aiohttp.
+
+aiohttp is used directly (not httpx) because it is the transport that keeps a Python
+proxy fast on this hardware: see docs/benchmarks.md. Every aiohttp and socket exception
+is translated here, in `_translated`, into the gateway's own UpstreamError family.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+
+
+@dataclass(frozen=True, slots=True)
+class RawResponse:
+    status: int
+    headers: dict[str, str]  # names lower-cased
+    body: bytes
+
+
+class HttpClient:
+    """A keep-alive connection pool towards one upstream."""
+
+    def __init__(self, upstream: str, *, max_connections: int, connect_timeout: float) -> None:
+        self._upstream = upstream
+        self._connect_timeout = connect_timeout
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=max_connections, ttl_dns_cache=300),
+            auto_decompress=True,
+            raise_for_status=False,
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def post(self, url: str, body: bytes, headers: dict[str, str], seconds: float) -> RawResponse:
+        """POST and read the whole answer within `seconds` (the caller's remaining deadline)."""
+        timeout = seconds
+        with self._translated(timeout):
+            async with self._session.post(
+                url,
+                data=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout, connect=self._connect_timeout),
+            ) as response:
+                payload = await response.read()
+                return RawResponse(response.status, _lower(response.headers), payload)
+
+    async def get(self, url: str, headers: dict[str, str], seconds: float) -> RawResponse:
+        timeout = seconds
+        with self._translated(timeout):
+            async with self._session.get(
+                url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as response:
+                return RawResponse(response.status, _lower(response.headers), await response.read())
+
+    async def open_stream(
+        self,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        first_byte_timeout: float,
+        between_chunks_timeout: float,
+    ) -> StreamResponse:
+        """POST and wait for the response head; the body is then read line by line.
+
+        `first_byte_timeout` covers the head and the first line of the body together (servers
+        send their head at once and the first event after prefill); `between_chunks_timeout`
+        each later line.
+        """
+        first_by = time.monotonic() + first_byte_timeout
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=self._connect_timeout, sock_read=first_byte_timeout
+        )
+        with self._translated(first_byte_timeout):
+            async with asyncio.timeout(first_byte_timeout):
+                response = await self._session.post(url, data=body, headers=headers, timeout=timeout)
+        stream = StreamResponse(response, self, between_chunks_timeout, first_by)
+        stream.set_read_timeout(max(first_by - time.monotonic(), 0.001))
+        return stream
+
+    @contextlib.contextmanager
+    def _translated(self, timeout: float) -> Iterator[None]:
+        name = self._upstream
+        try:
+            yield
+        except UpstreamError:
+            raise
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            raise UpstreamTimeout(
+                f"Upstream {name!r} did not answer within {timeout:.1f}s.", upstream=name
+            ) from None
+        except aiohttp.ClientConnectorError:
+            raise UpstreamUnavailable(f"Cannot connect to upstream {name!r}.", upstream=name) from None
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionError):
+            raise UpstreamUnavailable(
+                f"Upstream {name!r} closed the connection.", code="upstream_disconnected", upstream=name
+            ) from None
+        except aiohttp.ClientPayloadError:
+            raise UpstreamError(
+                f"Upstream {name!r} sent an incomplete response.", code="upstream_incomplete", upstream=name
+            ) from None
+        except aiohttp.ClientError:
+            raise UpstreamError(f"Upstream {name!r} failed.", upstream=name) from None
+
+    async def aclose(self) -> None:
+        await self._session.close()
+
+
+class StreamResponse:
+    def __init__(
+        self, response: aiohttp.ClientResponse, client: HttpClient, between: float, first_by: float
+    ) -> None:
+        self._response = response
+        self._client = client
+        self._between = between
+        self._first_by = first_by  # time.monotonic() by which the first line must be in
+        self.status = response.status
+        self.headers = _lower(response.headers)
+
+    def set_read_timeout(self, seconds: float) -> None:
+        """The longest silence allowed from now on (aiohttp's own timer, reset by every packet)."""
+        connection = self._response.connection
+        protocol = connection.protocol if connection is not None else None
+        if protocol is not None:  # None: the whole body is in already
+            protocol.read_timeout = seconds
+            protocol.start_timeout()
+
+    async def read(self) -> bytes:
+        with self._client._translated(self._between):
+            return await self._response.read()
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        content = self._response.content
+        with self._client._translated(max(self._first_by - time.monotonic(), 0.0)):
+            line = await content.readline()
+        if not line:
+            return
+        self.set_read_timeout(self._between)
+        yield line
+        with self._client._translated(self._between):
+            while True:
+                line = await content.readline()
+                if not line:
+                    return
+                yield line
+
+    def close(self) -> None:
+        if self._response.content.at_eof():
+            self._response.release()  # back to the pool for the next request
+        else:
+            # Unfinished: dropping the connection is what tells the upstream to stop generating.
+            self._response.close()
+
+
+def _lower(headers: Any) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()}

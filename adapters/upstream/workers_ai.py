@@ -1,0 +1,323 @@
+"""Cloudflare Workers AI: the OpenAI-compatible endpoints (`/ai/v1/...`) or the native
+`/ai/run/{model}` endpoint, whose `{result, success, errors}` envelope is removed here.
+
+Workers AI reports failures as internal codes in `errors[].code`; those decide the
+mapping, the HTTP status only when no code is given. Facts and sources:
+shared reference `backends-and-protocols.md`, sections 1 and 4.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import orjson
+
+from adapters.upstream import errors
+from adapters.upstream.http_client import HttpClient
+from adapters.upstream.sse import SseChunkStream
+from gateway.config import WorkersAIUpstream as WorkersAIConfig
+from gateway.errors import UpstreamError, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
+from gateway.exchange import Endpoint
+from gateway.ports import Chunk, ChunkStream, UpstreamRequest, UpstreamResponse
+
+_OPENAI_PATHS = {Endpoint.CHAT: "/ai/v1/chat/completions", Endpoint.EMBEDDINGS: "/ai/v1/embeddings"}
+
+
+def error_for_code(upstream: str, code: int, message: str, retry_after: float | None) -> UpstreamError | None:
+    """The gateway error for a Workers AI internal code, or None for an unknown code."""
+    said = f" ({code}: {message[:200]})" if message else f" ({code})"
+    if code == 3040:
+        return UpstreamUnavailable(
+            f"Workers AI is out of capacity{said}.",
+            code="upstream_overloaded",
+            retry_after=retry_after,
+            upstream=upstream,
+        )
+    if code == 3021:
+        return UpstreamUnavailable(
+            f"Workers AI rate limit reached{said}.",
+            status=429,
+            code="upstream_rate_limited",
+            retry_after=retry_after,
+            upstream=upstream,
+        )
+    if code in (3036, 4006):
+        # The account's daily allocation: asking again today will not help, another upstream may.
+        return UpstreamError(
+            f"Workers AI daily allocation is used up{said}.",
+            status=503,
+            code="upstream_quota_exhausted",
+            retryable=False,
+            upstream=upstream,
+        )
+    if code == 5035:
+        return UpstreamError(
+            f"This Workers AI model requires the Workers Paid plan{said}.",
+            code="upstream_plan_required",
+            upstream=upstream,
+        )
+    if code in (3007, 3008, 3046):
+        return UpstreamTimeout(f"Workers AI timed out{said}.", upstream=upstream)
+    if code in (5007, 3042):
+        return UpstreamError(
+            f"Workers AI does not know the configured model{said}.",
+            code="upstream_not_found",
+            upstream=upstream,
+        )
+    if code == 3006:
+        return UpstreamRejected(f"Workers AI: request too large{said}.", status=413, upstream=upstream)
+    if code in (3003, 5004):
+        return UpstreamRejected(f"Workers AI rejected the request{said}.", upstream=upstream)
+    if code in (5016, 5018, 3023, 3041):
+        return UpstreamError(
+            f"Workers AI refused the gateway's account{said}.", code="upstream_forbidden", upstream=upstream
+        )
+    return None
+
+
+class WorkersAIUpstream:
+    provider = "cloudflare.workers_ai"
+
+    def __init__(self, name: str, config: WorkersAIConfig) -> None:
+        self.name = name
+        self.address = urlsplit(config.base_url).netloc
+        self.replicas: tuple[str, ...] = (config.base_url,)  # one endpoint; Cloudflare balances behind it
+        self._account = f"{config.base_url}/accounts/{quote(config.account_id, safe='')}"
+        self._native = config.api == "native"
+        self._reject_if_busy = config.reject_if_busy
+        self._timeouts = config.timeouts
+        self._auth = f"Bearer {config.api_token}"
+        self._client = HttpClient(
+            name, max_connections=config.max_connections, connect_timeout=config.timeouts.connect_s
+        )
+
+    def _url(self, request: UpstreamRequest) -> str:
+        if self._native:
+            return f"{self._account}/ai/run/{quote(request.model, safe='@/')}"
+        return self._account + _OPENAI_PATHS[request.endpoint]
+
+    def _payload(self, request: UpstreamRequest) -> bytes:
+        body: dict[str, Any] = dict(request.body)
+        if self._native:
+            body.pop("model", None)
+            if request.endpoint is Endpoint.EMBEDDINGS:
+                text = body.pop("input")
+                body = {"text": text, **{k: v for k, v in body.items() if k != "encoding_format"}}
+        else:
+            body["model"] = request.model
+        if self._reject_if_busy:
+            options = body.get("options")
+            body["options"] = {**(options if isinstance(options, dict) else {}), "rejectIfBusy": True}
+        return orjson.dumps(body)
+
+    def _headers(self, request: UpstreamRequest) -> dict[str, str]:
+        headers = {
+            "authorization": self._auth,
+            "content-type": "application/json",
+            "x-request-id": request.request_id,
+        }
+        if request.session_key:
+            headers["x-session-affinity"] = request.session_key
+        if request.stream:
+            headers["accept"] = "text/event-stream"
+        if request.trace_headers:
+            headers.update(request.trace_headers)
+        return headers
+
+    async def complete(self, request: UpstreamRequest) -> UpstreamResponse:
+        timeout = max(request.deadline - time.monotonic(), 0.001)
+        raw = await self._client.post(
+            self._url(request), self._payload(request), self._headers(request), timeout
+        )
+        if raw.status != 200:
+            raise self._error(raw.status, raw.body, raw.headers)
+        data = errors.safe_json(raw.body)
+        if not isinstance(data, dict):
+            raise errors.malformed(self.name)
+        if self._native:
+            data = self._unwrap(data, raw.status, raw.headers, request)
+        return UpstreamResponse(200, data)
+
+    async def stream(self, request: UpstreamRequest) -> ChunkStream:
+        response = await self._client.open_stream(
+            self._url(request),
+            self._payload(request),
+            self._headers(request),
+            request.first_byte_timeout,
+            self._timeouts.between_chunks_s,
+        )
+        if response.status != 200:
+            try:
+                body = await response.read()
+            finally:
+                response.close()
+            raise self._error(response.status, body, response.headers)
+        if self._native:
+            shape = _native_chunk_shaper(request.model)
+            return _NativeChunkStream(SseChunkStream(response, self.name, shape))
+        return SseChunkStream(response, self.name)
+
+    def _unwrap(
+        self, envelope: dict[str, Any], status: int, headers: dict[str, str], request: UpstreamRequest
+    ) -> dict[str, Any]:
+        if envelope.get("success") is False:
+            raise self._error(status, orjson.dumps(envelope), headers)
+        result = envelope.get("result")
+        if not isinstance(result, dict):
+            raise errors.malformed(self.name)
+        if request.endpoint is Endpoint.EMBEDDINGS:
+            return _native_embeddings(result, request.model)
+        if "choices" in result:
+            return result
+        return _native_completion(result, request.model)
+
+    def _error(self, status: int, body: bytes, headers: dict[str, str]) -> UpstreamError:
+        retry_after = errors.retry_after_seconds(headers)
+        data = errors.safe_json(body)
+        found = data.get("errors") if isinstance(data, dict) else None
+        if isinstance(found, list) and found and isinstance(found[0], dict):
+            code, message = found[0].get("code"), found[0].get("message")
+            if isinstance(code, int):
+                mapped = error_for_code(
+                    self.name, code, message if isinstance(message, str) else "", retry_after
+                )
+                if mapped is not None:
+                    return mapped
+            if isinstance(message, str):
+                return errors.from_status(self.name, status, message[:500], retry_after)
+        return errors.from_status(self.name, status, errors.openai_error_message(body), retry_after)
+
+    async def check_health(self, replica: int | None = None) -> bool:
+        try:
+            response = await self._client.get(
+                f"{self._account}/ai/models/search?per_page=1", {"authorization": self._auth}, seconds=2.0
+            )
+        except UpstreamError:
+            return False
+        return response.status == 200
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _native_completion(result: dict[str, Any], model: str) -> dict[str, Any]:
+    """Older models answer `{response, tool_calls: [{name, arguments}], usage}`."""
+    tool_calls = [
+        {
+            "id": call.get("id") or f"call_{index}",
+            "type": "function",
+            "function": {
+                "name": call.get("name"),
+                "arguments": _arguments_text(call.get("arguments")),
+            },
+        }
+        for index, call in enumerate(result.get("tool_calls") or ())
+        if isinstance(call, dict)
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": result.get("response")}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    completion: dict[str, Any] = {
+        "id": f"chatcmpl-{int(time.time() * 1000)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}
+        ],
+    }
+    if isinstance(result.get("usage"), dict):
+        completion["usage"] = result["usage"]
+    return completion
+
+
+def _native_embeddings(result: dict[str, Any], model: str) -> dict[str, Any]:
+    vectors = result.get("data") or []
+    return {
+        "object": "list",
+        "model": model,
+        "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+        "usage": result.get("usage") or {"prompt_tokens": 0, "total_tokens": 0},
+    }
+
+
+def _native_chunk_shaper(model: str) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
+    """Native events (`{"response": "..."}`, flat `tool_calls`, `usage`) as OpenAI chunks;
+    events already in the OpenAI shape (Kimi's) pass as they are."""
+    created = int(time.time())
+    chunk_id = f"chatcmpl-{created}"
+
+    def shape(data: dict[str, Any]) -> dict[str, Any] | None:
+        if "choices" in data:
+            return data
+        delta: dict[str, Any] = {}
+        if isinstance(data.get("response"), str):
+            delta["content"] = data["response"]
+        calls = [c for c in data.get("tool_calls") or () if isinstance(c, dict) and c.get("name")]
+        if calls:
+            delta["tool_calls"] = [
+                {
+                    "index": index,
+                    "id": call.get("id") or f"call_{index}",
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": _arguments_text(call.get("arguments"))},
+                }
+                for index, call in enumerate(calls)
+            ]
+        usage = data.get("usage")
+        if not delta and not isinstance(usage, dict):
+            return None
+        chunk: dict[str, Any] = {
+            "id": chunk_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": "tool_calls" if calls else None}]
+            if delta
+            else [],
+        }
+        if isinstance(usage, dict):
+            chunk["usage"] = usage
+        return chunk
+
+    return shape
+
+
+class _NativeChunkStream:
+    """Native streams end with [DONE] and no finish reason; OpenAI clients expect one, so a
+    final `stop` chunk is added when the upstream gave none."""
+
+    def __init__(self, inner: SseChunkStream) -> None:
+        self._inner = inner
+
+    def __aiter__(self) -> AsyncIterator[Chunk]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[Chunk]:
+        finished = False
+        last: dict[str, Any] = {}
+        async for chunk in self._inner:
+            last = chunk.data
+            finished = finished or any(
+                isinstance(c, dict) and c.get("finish_reason") for c in last.get("choices") or ()
+            )
+            yield chunk
+        if not finished:
+            final = {
+                "id": last.get("id", "chatcmpl-native"),
+                "object": "chat.completion.chunk",
+                "created": last.get("created", int(time.time())),
+                "model": last.get("model"),
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            }
+            yield Chunk(orjson.dumps(final), final)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _arguments_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else orjson.dumps(arguments or {}).decode()

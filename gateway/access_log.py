@@ -1,0 +1,49 @@
+"""One structured line per finished request: what happened, never what was said.
+
+The record carries ids, tenant, model, upstream, status, timings and token counts; no
+message text, no key, no header value other than the request id.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from gateway.exchange import Exchange
+
+logger = logging.getLogger("tollgate.access")
+
+
+class AccessLog:
+    name = "access_log"
+
+    async def finish(self, exchange: Exchange) -> None:
+        if not logger.isEnabledFor(logging.INFO):
+            return
+        completed = exchange.completed_at or time.monotonic()
+        last = exchange.attempts[-1] if exchange.attempts else None
+        principal = exchange.principal
+        usage = exchange.usage
+        logger.info(
+            "request",
+            extra={
+                "request_id": exchange.request_id,
+                "tenant": principal.tenant.name if principal else None,
+                "key_id": principal.key_id if principal else None,
+                "endpoint": exchange.endpoint.value,
+                "model": exchange.model_alias or None,
+                "upstream": last.upstream if last else None,
+                "upstream_model": last.model if last else None,
+                "attempts": len(exchange.attempts),
+                "stream": exchange.stream,
+                "status": exchange.status,
+                "error": exchange.error_code,
+                "duration_ms": round((completed - exchange.received_at) * 1000, 2),
+                "ttfb_ms": round((exchange.first_byte_at - exchange.received_at) * 1000, 2)
+                if exchange.first_byte_at
+                else None,
+                "prompt_tokens": usage.prompt_tokens,
+                "cached_tokens": usage.cached_tokens,
+                "completion_tokens": usage.completion_tokens,
+            },
+        )

@@ -1,0 +1,184 @@
+"""The composition root: config in, a running ASGI application out.
+
+The only module of the core that knows the adapters. It builds them inside the server's
+lifespan (so their connection pools belong to the worker's event loop) and assembles the
+pipeline: the ordered list of stages is here, readable top to bottom.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from adapters.audit import build_audit_writer
+from adapters.policy import open_policy_engine
+from adapters.state import build_state_store
+from adapters.upstream import build_upstream
+from gateway.access_log import AccessLog
+from gateway.audit.completion import AuditCompletion
+from gateway.audit.queued_sink import QueuedSink
+from gateway.config import (
+    GatewayConfig,
+    PolicyConfig,
+    config_path_from_env,
+    load_config,
+    metrics_dir_from_env,
+)
+from gateway.exchange import Candidate, Principal, Tenant
+from gateway.forward import Forwarder
+from gateway.guards import ResponseGuard, UsageGuard
+from gateway.http import GatewayASGI, Services
+from gateway.keys import KeyRing, key_id
+from gateway.metering.parts import metering_parts, state_config
+from gateway.pipeline import Finisher, Pipeline, Stage
+from gateway.policy.cache import DecisionCache
+from gateway.ports import AuditSink, PolicyEngine
+from gateway.redaction.guard import RedactionGuard
+from gateway.redaction.settings import RedactionSettings, scrubber_for
+from gateway.redaction.state import RedactionCounters
+from gateway.routing.probes import HealthProber
+from gateway.routing.upstream_route import build_routes, probe_targets
+from gateway.stages.admit import Admit
+from gateway.stages.decide import Decide
+from gateway.stages.redact import Redact
+from gateway.stages.route import Route
+from gateway.tools.context_cap import ContextCap
+from gateway.tools.offer import ToolOffer
+from gateway.tools.response_guard import ToolCallGuard
+from telemetry.setup import build_telemetry
+
+
+def tenants_from(config: GatewayConfig) -> dict[str, Tenant]:
+    return {
+        name: Tenant(name, None if "*" in t.models else frozenset(t.models))
+        for name, t in config.tenants.items()
+    }
+
+
+def keyring_from(config: GatewayConfig, tenants: dict[str, Tenant]) -> KeyRing:
+    return KeyRing(
+        (key.hash, Principal(tenants[key.tenant], key_id(key.hash), key.label)) for key in config.keys
+    )
+
+
+def audit_sink_from(config: GatewayConfig) -> AuditSink | None:
+    """The decision log, or None when the config has no `audit` block."""
+    audit = config.audit
+    if audit is None:
+        return None
+    return QueuedSink(
+        build_audit_writer(audit),
+        queue_size=audit.queue_size,
+        mandatory=audit.mandatory,
+        write_timeout_s=audit.write_timeout_s,
+        prepare=scrubber_for(config).record,  # the scrubber of everything persisted, logs included
+    )
+
+
+def decide_from(
+    policy: PolicyConfig, engine: PolicyEngine, config: GatewayConfig, audit: AuditSink | None
+) -> Decide:
+    cache = policy.cache
+    return Decide(
+        engine,
+        {alias: [c.upstream for c in candidates] for alias, candidates in config.models.items()},
+        cache=DecisionCache(cache.max_entries, cache.ttl_s) if cache.enabled else None,
+        audit=audit,
+        timeout_s=policy.timeout_ms / 1000,
+    )
+
+
+def build_services(
+    config: GatewayConfig, redaction: RedactionSettings | None = None
+) -> Callable[[], Awaitable[Services]]:
+    """`redaction` replaces the settings compiled from config (tests inject a failing detector)."""
+
+    async def build() -> Services:
+        # First: a policy that cannot be loaded stops the start before anything else is opened.
+        engine = await open_policy_engine(config.policy) if config.policy is not None else None
+        tenants = tenants_from(config)
+        admit = Admit(keyring_from(config, tenants))
+        route = Route(
+            {
+                alias: [Candidate(c.upstream, c.model, c.class_) for c in candidates]
+                for alias, candidates in config.models.items()
+            }
+        )
+        upstreams = {name: build_upstream(name, spec) for name, spec in config.upstreams.items()}
+        routes = build_routes(config, upstreams)
+        forwarder = Forwarder(routes)
+        prober = HealthProber(probe_targets(routes))
+        audit = audit_sink_from(config)
+        decide = [decide_from(config.policy, engine, config, audit)] if config.policy and engine else []
+        redaction_counters = RedactionCounters()
+        redact = Redact(redaction or RedactionSettings.from_config(config), redaction_counters)
+        state = state_config(config)
+        metering = metering_parts(config, state, build_state_store(state)) if state is not None else None
+        meter = [metering.meter] if metering else []
+        stages: list[Stage] = [admit, *decide, redact, ToolOffer(), ContextCap(), *meter, route]
+        # Settle first, so the access log and the audit record see the settled request.
+        finishers: list[Finisher] = [
+            *([metering.settle] if metering else []),
+            *([AccessLog()] if config.server.access_log else []),
+            *([AuditCompletion(audit)] if audit else []),
+        ]
+        # Redaction before the tool-call guard: restored arguments are what get checked.
+        guards: list[ResponseGuard] = [
+            *([metering.produced] if metering else []),
+            RedactionGuard(redaction_counters),
+            ToolCallGuard(),
+            UsageGuard(),
+        ]
+        telemetry = build_telemetry(
+            config,
+            upstreams=upstreams,
+            routes=routes,
+            scrub=scrubber_for(config).text,
+            store=metering.store if metering is not None else None,
+            audit=audit,
+            metrics_dir=metrics_dir_from_env(),
+        )
+        finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
+        pipeline = Pipeline(stages, forwarder, guards, finishers)
+
+        async def upstream_health() -> dict[str, bool]:
+            names = list(upstreams)
+            results = await asyncio.gather(*(upstreams[n].check_health() for n in names))
+            return dict(zip(names, results, strict=True))
+
+        async def close() -> None:
+            await telemetry.aclose()  # first: its last export still reads the state store (budgets)
+            await prober.aclose()
+            await asyncio.gather(*(u.aclose() for u in upstreams.values()))
+            if audit is not None:
+                await audit.aclose()
+            if engine is not None:
+                await engine.aclose()
+            if metering is not None:
+                await metering.aclose()
+
+        prober.start()  # last: a start that failed above leaves no background task behind
+        telemetry.metrics.start()
+        return Services(
+            pipeline=pipeline,
+            authenticate=admit.authenticate,
+            models_for=lambda principal: route.aliases_for(principal.tenant.models),
+            upstream_health=upstream_health,
+            max_body_bytes=config.server.max_body_bytes,
+            request_timeout_s=config.server.request_timeout_s,
+            close=close,
+            admin_spend=metering.admin.spend if metering and metering.admin else None,
+            tracer=telemetry.tracer,
+            metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
+        )
+
+    return build
+
+
+def create_app(
+    config: GatewayConfig | None = None, redaction: RedactionSettings | None = None
+) -> GatewayASGI:
+    """ASGI application factory; without a config it loads the file named by TOLLGATE_CONFIG."""
+    if config is None:
+        config = load_config(config_path_from_env())
+    return GatewayASGI(build_services(config, redaction))

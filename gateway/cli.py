@@ -1,0 +1,363 @@
+"""`tollgate`: serve, dev, sim, keys create, config check, audit verify, policy test/eval."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import orjson
+
+from gateway.config import (
+    CONFIG_ENV,
+    DEFAULT_CONFIG_PATH,
+    METRICS_DIR_ENV,
+    ConfigError,
+    GatewayConfig,
+    load_config,
+    metrics_dir_from_env,
+)
+from gateway.keys import generate_key, hash_key
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tollgate", description="A policy-enforcing LLM gateway.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the gateway")
+    _config_arg(serve)
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--workers", type=int)
+
+    dev = commands.add_parser("dev", help="run the gateway and a local upstream simulator")
+    _config_arg(dev)
+    dev.add_argument("--sim-port", type=int, default=8081)
+
+    commands.add_parser("sim", help="run the upstream simulator (see `tollgate sim --help`)", add_help=False)
+
+    keys = commands.add_parser("keys", help="manage API keys")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True)
+    create = key_commands.add_parser("create", help="mint a key; prints it once, with the hash to store")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--label", default="")
+    create.add_argument("--config", help="check the tenant exists in this config file")
+    create.add_argument("--append", metavar="KEYS_FILE", help="append the hash entry to this keys file")
+
+    config = commands.add_parser("config", help="configuration tools")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    check = config_commands.add_parser("check", help="validate a config file")
+    check.add_argument("file")
+
+    audit = commands.add_parser("audit", help="decision log tools")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True)
+    verify = audit_commands.add_parser("verify", help="check the decision log's hash chain (1 if broken)")
+    verify.add_argument("--path", help="a JSONL decision log")
+    verify.add_argument("--redis", metavar="URL", help="a Redis server holding the log as a stream")
+    verify.add_argument("--stream", default="tollgate:audit", help="the stream key (with --redis)")
+    _add_policy_commands(commands)
+
+    _add_spend_command(commands)
+
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "sim":
+        from simulator import main as sim_main
+
+        return sim_main(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        if args.command == "serve":
+            return _serve(args.config, args.host, args.port, args.workers)
+        if args.command == "dev":
+            return _dev(args.config, args.sim_port)
+        if args.command == "keys":
+            return _keys_create(args.tenant, args.label, args.config, args.append)
+        if args.command == "audit":
+            if (args.path is None) == (args.redis is None):
+                parser.error("audit verify needs either --path FILE or --redis URL")
+            return _audit_verify(args.path, args.redis, args.stream)
+        if args.command == "policy":
+            return _policy(args)
+        if args.command == "spend":
+            return _spend(args.config, args.tenant, args.since, args.until, args.json)
+        return _config_check(args.file)
+    except ConfigError as exc:
+        print(f"tollgate: {exc}", file=sys.stderr)
+        return 2
+
+
+def _config_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", default=os.environ.get(CONFIG_ENV, DEFAULT_CONFIG_PATH), help="config file (YAML)"
+    )
+
+
+def _config_check(path: str) -> int:
+    config = load_config(path)
+    print(
+        f"{path}: ok ({len(config.upstreams)} upstreams, {len(config.models)} model aliases, "
+        f"{len(config.tenants)} tenants, {len(config.keys)} keys)"
+    )
+    return 0
+
+
+def _keys_create(tenant: str, label: str, config_path: str | None, append: str | None) -> int:
+    if config_path:
+        config = load_config(config_path)
+        if tenant not in config.tenants:
+            raise ConfigError(f"{config_path}: tenant {tenant!r} is not defined under tenants")
+    key = generate_key()
+    entry = f'  - {{tenant: {tenant}, hash: "{hash_key(key)}", label: "{label}"}}'
+    print(key)
+    if append:
+        _append_key_entry(Path(append), entry)
+        print(f"The key above is shown once. Its hash was added to {append}.", file=sys.stderr)
+    else:
+        print("The key above is shown once. Store this entry under `keys:`:", file=sys.stderr)
+        print(entry, file=sys.stderr)
+    return 0
+
+
+def _add_spend_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    spend = commands.add_parser("spend", help="the spend ledger: per tenant, key, model and day")
+    _config_arg(spend)
+    spend.add_argument("--tenant", action="append", help="repeatable; default: every tenant")
+    spend.add_argument("--since", help="YYYY-MM-DD (UTC); default: the first of this month")
+    spend.add_argument("--until", help="YYYY-MM-DD (UTC); default: today")
+    spend.add_argument("--json", action="store_true", help="print JSON, as GET /admin/spend does")
+
+
+def _spend(
+    config_path: str, tenants: list[str] | None, since: str | None, until: str | None, as_json: bool
+) -> int:
+    import asyncio
+    from datetime import UTC, datetime
+
+    from adapters.state import build_state_store
+    from gateway.config import StateConfig
+    from gateway.errors import StateStoreUnavailable
+    from gateway.metering.parts import state_config
+    from gateway.metering.records import SpendRow
+    from gateway.metering.report import default_range, parse_day, spend_document, spend_table
+
+    config = load_config(config_path)
+    names = tuple(tenants or config.tenants)
+    first, last = default_range(datetime.now(UTC).date())
+    try:
+        first = parse_day(since, "--since") if since else first
+        last = parse_day(until, "--until") if until else last
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    store = build_state_store(state_config(config) or StateConfig())
+
+    async def query() -> list[SpendRow]:
+        try:
+            return await store.spend(names, first, last)
+        finally:
+            await store.aclose()
+
+    try:
+        rows = asyncio.run(query())
+    except StateStoreUnavailable as exc:
+        print(f"tollgate: {exc.message}", file=sys.stderr)
+        return 1
+    print(orjson.dumps(spend_document(rows, first, last)).decode() if as_json else spend_table(rows))
+    return 0
+
+
+def _audit_verify(path: str | None, redis_url: str | None, stream: str) -> int:
+    if path is not None:
+        from adapters.audit.jsonl import verify_file
+
+        where = path
+        try:
+            report = verify_file(path)
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    else:
+        import asyncio
+
+        from adapters.audit.redis_stream import verify_stream
+
+        assert redis_url is not None
+        where = f"{redis_url} stream {stream}"
+        try:
+            report = asyncio.run(verify_stream(redis_url, stream))
+        except Exception as exc:  # redis' own errors: connection, auth, wrong key type
+            raise ConfigError(f"{where}: cannot read ({exc})") from None
+    if report.problem is not None:
+        print(f"{where}: BROKEN at {report.problem}", file=sys.stderr)
+        print(f"Intact records before it: {report.records}.", file=sys.stderr)
+        return 1
+    print(f"{where}: ok ({report.records} records, head hash {report.head_hash})")
+    return 0
+
+
+def _add_policy_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    policy = commands.add_parser("policy", help="policy tools (the embedded Rego engine)")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    test = policy_commands.add_parser("test", help="run the *_test.rego tests (1 if any fails)")
+    evaluate = policy_commands.add_parser("eval", help="print the decision for an input document, and why")
+    evaluate.add_argument("--input", required=True, metavar="FILE", help="the input document (JSON)")
+    evaluate.add_argument(
+        "--entrypoint", help="default: policy.entrypoint of the config, or gateway/authz/decision"
+    )
+    for sub in (test, evaluate):
+        sub.add_argument(
+            "--dir", help="the policy directory (default: policy.dir of the config, or ./policies)"
+        )
+        _config_arg(sub)
+
+
+def _policy(args: argparse.Namespace) -> int:
+    from adapters.policy.commands import policy_eval, policy_test
+
+    directory, entrypoint = args.dir, "gateway/authz/decision"
+    if Path(args.config).exists():
+        configured = load_config(args.config).policy
+        if configured is not None:
+            directory = directory or configured.dir
+            entrypoint = configured.entrypoint
+    directory = directory or "policies"
+    if args.policy_command == "test":
+        return policy_test(directory)
+    return policy_eval(directory, args.entrypoint or entrypoint, args.input)
+
+
+def _check_policy(config: GatewayConfig) -> None:
+    """Refuse to start on a policy the workers would refuse, with the reason, before any starts."""
+    if config.policy is None or config.policy.engine != "rego":
+        return
+    import asyncio
+
+    from adapters.policy.check import check_in_child
+    from adapters.policy.source import PolicyLoadError, read_policy_dir
+
+    try:
+        source = read_policy_dir(config.policy.dir)
+    except PolicyLoadError as exc:
+        raise ConfigError(f"policy: {exc}") from None
+    report = asyncio.run(check_in_child(source, config.policy.entrypoint))
+    if not report.ok:
+        raise ConfigError(f"policy: {config.policy.dir}: the policy is refused: {report.error}")
+
+
+def _append_key_entry(path: Path, entry: str) -> None:
+    existing = path.read_text(encoding="utf-8") if path.exists() else ""
+    if "keys:" not in existing:
+        existing = existing + ("" if not existing or existing.endswith("\n") else "\n") + "keys:\n"
+    elif not existing.endswith("\n"):
+        existing += "\n"
+    path.write_text(existing + entry + "\n", encoding="utf-8")
+    path.chmod(0o600)
+
+
+def _serve(config_path: str, host: str | None, port: int | None, workers: int | None) -> int:
+    config = load_config(config_path)  # fail here, with a clear message, before any worker starts
+    _check_policy(config)
+    os.environ[CONFIG_ENV] = str(Path(config_path).resolve())
+    metrics_dir, made = _fresh_metrics_dir()
+    os.environ[METRICS_DIR_ENV] = str(metrics_dir)
+    try:
+        _run_workers(config, host, port, workers)
+    finally:
+        if made:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+    return 0
+
+
+def _fresh_metrics_dir() -> tuple[Path, bool]:
+    """Where this server's workers share their metrics (telemetry/worker_snapshots.py), emptied
+    of an earlier run's files; (directory, whether it was made here and is to be removed)."""
+    given = metrics_dir_from_env()
+    if given is None:
+        return Path(tempfile.mkdtemp(prefix="tollgate-metrics-")), True
+    given.mkdir(parents=True, exist_ok=True)
+    for stale in given.glob("*.json"):
+        stale.unlink(missing_ok=True)
+    return given, False
+
+
+def _run_workers(config: GatewayConfig, host: str | None, port: int | None, workers: int | None) -> None:
+    import uvicorn
+
+    server = config.server
+    uvicorn.run(
+        "gateway.serve:app_factory",
+        factory=True,
+        host=host or server.host,
+        port=port if port is not None else server.port,
+        workers=workers or server.workers,
+        loop="uvloop" if _has_uvloop() else "asyncio",
+        http="httptools",
+        lifespan="on",
+        access_log=False,
+        server_header=False,
+        log_config=None,
+        backlog=4096,
+        timeout_keep_alive=30,
+        timeout_graceful_shutdown=30,
+    )
+
+
+def _dev(config_path: str, sim_port: int) -> int:
+    config = load_config(config_path)
+    _ensure_dev_key(config_path, config)
+    sim = subprocess.Popen([sys.executable, "-m", "simulator", "--port", str(sim_port)])
+    try:
+        _wait_healthy(f"http://127.0.0.1:{sim_port}/health", sim)
+        server = config.server
+        print(
+            f"\nGateway: http://{server.host}:{server.port}/v1  (upstream: simulator on port {sim_port})\n",
+            file=sys.stderr,
+        )
+        return _serve(config_path, None, None, None)
+    finally:
+        sim.terminate()
+        sim.wait(timeout=10)
+
+
+def _ensure_dev_key(config_path: str, config: GatewayConfig) -> None:
+    if config.keys or not config.keys_file:
+        return
+    tenant = next(iter(config.tenants))
+    keys_file = Path(config_path).parent / config.keys_file
+    key = generate_key()
+    _append_key_entry(keys_file, f'  - {{tenant: {tenant}, hash: "{hash_key(key)}", label: "dev"}}')
+    print(
+        f"\nCreated an API key for tenant {tenant!r} (shown once; only its hash is kept in {keys_file}):\n\n"
+        f"    {key}\n",
+        file=sys.stderr,
+    )
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[bytes], seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ConfigError(f"the simulator exited with code {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 (a loopback URL we built)
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.1)
+    raise ConfigError(f"the simulator did not become healthy at {url}")
+
+
+def _has_uvloop() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("uvloop") is not None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,333 @@
+"""The HTTP edge: a pure ASGI application.
+
+It turns HTTP into an Exchange and the pipeline's outcome back into HTTP, and is the
+one place where an exception becomes a response: a GatewayError shows its message,
+anything else is logged with the request id and shown as a generic 500. Pure ASGI (no
+framework request objects, no BaseHTTPMiddleware) keeps context variables intact for
+tracing and costs the least per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.errors import (
+    GatewayError,
+    InternalError,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+)
+from gateway.exchange import Endpoint, Exchange, Principal
+from gateway.pipeline import Pipeline
+from gateway.request_ids import request_id_from
+from gateway.tracing import CORRELATION, NO_TRACER, Correlation, Tracer
+
+logger = logging.getLogger("tollgate.http")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_JSON = (b"content-type", b"application/json")
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+_MODEL_PATHS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/embeddings": Endpoint.EMBEDDINGS}
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body arrived."""
+
+
+@dataclass(slots=True)
+class Services:
+    """What the edge needs, built by the composition root once the event loop runs."""
+
+    pipeline: Pipeline
+    authenticate: Callable[[str | None], Principal]
+    models_for: Callable[[Principal], list[str]]
+    upstream_health: Callable[[], Awaitable[dict[str, bool]]]
+    max_body_bytes: int
+    request_timeout_s: float
+    close: Callable[[], Awaitable[None]]
+    # GET /admin/spend: (authorization header, query string) -> JSON; None: no admin endpoint
+    admin_spend: Callable[[str | None, str], Awaitable[bytes]] | None = None
+    tracer: Tracer = NO_TRACER
+    # GET /metrics: (accept header) -> (page, content type); None: no metrics endpoint
+    metrics: Callable[[str], Awaitable[tuple[bytes, str]]] | None = None
+
+
+class GatewayASGI:
+    def __init__(self, build: Callable[[], Awaitable[Services]]) -> None:
+        self._build = build
+        self._services: Services | None = None
+        self._draining = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    self._services = await self._build()
+                except Exception as exc:
+                    logger.exception("startup failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self._draining = True
+                if self._services is not None:
+                    await self._services.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = _headers(scope)
+        request_id = request_id_from(headers.get("x-request-id"))
+        path: str = scope["path"]
+        method: str = scope["method"]
+        services = self._services
+        try:
+            if services is None:
+                raise GatewayError("The gateway is starting.", code="starting")
+            endpoint = _MODEL_PATHS.get(path)
+            if endpoint is not None:
+                if method != "POST":
+                    raise MethodNotAllowed(f"Use POST for {path}.")
+                await self._model_call(services, endpoint, headers, request_id, receive, send)
+            elif path == "/v1/models":
+                _require(method, "GET", path)
+                principal = services.authenticate(headers.get("authorization"))
+                await _send_json(send, 200, _models_body(services.models_for(principal)), request_id)
+            elif path == "/healthz":
+                _require(method, "GET", path)
+                await _send_json(send, 200, b'{"status":"ok"}', request_id)
+            elif path == "/readyz":
+                _require(method, "GET", path)
+                await self._ready(services, send, request_id)
+            elif path == "/metrics" and services.metrics is not None:
+                _require(method, "GET", path)
+                page, content_type = await services.metrics(headers.get("accept", ""))
+                await _send_page(send, page, content_type, request_id)
+            elif path == "/admin/spend" and services.admin_spend is not None:
+                _require(method, "GET", path)
+                query = scope.get("query_string", b"").decode("latin-1")
+                body = await services.admin_spend(headers.get("authorization"), query)
+                await _send_json(send, 200, body, request_id)
+            else:
+                raise NotFound(f"Unknown path {path}.", code="unknown_url")
+        except GatewayError as exc:
+            await _send_error(send, exc, request_id)
+        except ClientGone:
+            return
+        except Exception:
+            logger.exception("unhandled error", extra={"request_id": request_id})
+            await _send_error(send, InternalError(request_id), request_id)
+
+    async def _ready(self, services: Services, send: Send, request_id: str) -> None:
+        if self._draining:
+            await _send_json(send, 503, b'{"status":"draining"}', request_id)
+            return
+        health = await services.upstream_health()
+        body = {"status": "ready", "upstreams": {name: "up" if ok else "down" for name, ok in health.items()}}
+        await _send_json(send, 200, orjson.dumps(body), request_id)
+
+    async def _model_call(
+        self,
+        services: Services,
+        endpoint: Endpoint,
+        headers: dict[str, str],
+        request_id: str,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        now = time.monotonic()
+        exchange = Exchange(
+            request_id=request_id,
+            endpoint=endpoint,
+            received_at=now,
+            deadline=now + _timeout(headers, services.request_timeout_s),
+            headers=headers,
+            raw_body=b"",
+        )
+        pipeline = services.pipeline
+        exchange.trace = trace = services.tracer.begin(exchange)
+        correlation = CORRELATION.set(Correlation(request_id, trace))
+        try:
+            exchange.raw_body = await _read_body(receive, headers, services.max_body_bytes)
+            await pipeline.prepare(exchange)
+            if exchange.replay_body is not None:  # an Idempotency-Key's stored response
+                exchange.status = 200
+                await _send_json(send, 200, exchange.replay_body, request_id, exchange.response_headers)
+            elif exchange.stream:
+                await self._stream(pipeline, exchange, receive, send)
+            else:
+                body = await pipeline.respond(exchange)
+                exchange.status = 200
+                exchange.first_byte_at = time.monotonic()
+                exchange.response_body = orjson.dumps(body)
+                await _send_json(send, 200, exchange.response_body, request_id, exchange.response_headers)
+        except GatewayError as exc:
+            exchange.status = exc.status
+            exchange.error_code = exc.code
+            for name, value in exchange.response_headers.items():  # e.g. x-ratelimit-*, on errors too
+                exc.headers.setdefault(name, value)
+            raise
+        except ClientGone:
+            exchange.error_code = "client_disconnected"
+            raise
+        except Exception:
+            exchange.status = 500
+            exchange.error_code = "internal_error"
+            raise
+        finally:
+            await pipeline.finish(exchange)
+            trace.end(exchange)
+            CORRELATION.reset(correlation)
+
+    async def _stream(self, pipeline: Pipeline, exchange: Exchange, receive: Receive, send: Send) -> None:
+        opened = await pipeline.open_stream(exchange)
+        exchange.status = 200
+        headers = [*_SSE_HEADERS, (b"x-request-id", exchange.request_id.encode())]
+        headers.extend((k.encode(), v.encode()) for k, v in exchange.response_headers.items())
+
+        async def relay() -> None:
+            started = False
+            try:
+                async for event in pipeline.relay(exchange, opened):
+                    if not started:
+                        await send({"type": "http.response.start", "status": 200, "headers": headers})
+                        exchange.first_byte_at = time.monotonic()
+                        started = True
+                    await send({"type": "http.response.body", "body": event, "more_body": True})
+            except Exception:
+                if not started:
+                    raise
+                # Headers are out: the only honest signal left is an error event and the end.
+                logger.exception("stream failed", extra={"request_id": exchange.request_id})
+                exchange.status, exchange.error_code = 500, "internal_error"
+                error = b"data: " + InternalError(exchange.request_id).body_bytes() + b"\n\n"
+                await send({"type": "http.response.body", "body": error, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        relay_task = asyncio.ensure_future(relay())
+        watcher = asyncio.ensure_future(_wait_for_disconnect(receive))
+        try:
+            await asyncio.wait((relay_task, watcher), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not relay_task.done():
+                # The client went away (or this task was cancelled): stop relaying, which
+                # closes the upstream stream in the relay's own finally.
+                relay_task.cancel()
+                exchange.error_code = exchange.error_code or "client_disconnected"
+                with contextlib.suppress(asyncio.CancelledError):
+                    await relay_task
+            watcher.cancel()
+        if not relay_task.cancelled():
+            relay_task.result()
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
+    declared = headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise InvalidRequest("Invalid Content-Length header.", code="invalid_content_length")
+        if int(declared) > limit:
+            raise _too_large(limit)
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        part: bytes = message.get("body", b"")
+        if part:
+            size += len(part)
+            if size > limit:
+                raise _too_large(limit)
+            parts.append(part)
+        if not message.get("more_body", False):
+            break
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"The request body exceeds the gateway's limit of {limit} bytes.")
+
+
+def _timeout(headers: dict[str, str], configured: float) -> float:
+    """The client may ask for a shorter deadline than configured, never a longer one."""
+    value = headers.get("x-request-timeout")
+    if value is None:
+        return configured
+    try:
+        asked = float(value)
+    except ValueError:
+        return configured
+    return min(asked, configured) if asked > 0 else configured
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+
+
+def _require(method: str, expected: str, path: str) -> None:
+    if method != expected and not (expected == "GET" and method == "HEAD"):
+        raise MethodNotAllowed(f"Use {expected} for {path}.")
+
+
+def _models_body(aliases: list[str]) -> bytes:
+    data = [{"id": alias, "object": "model", "created": 0, "owned_by": "tollgate"} for alias in aliases]
+    return orjson.dumps({"object": "list", "data": data})
+
+
+async def _send_json(
+    send: Send,
+    status: int,
+    body: bytes,
+    request_id: str,
+    extra: dict[str, str] | None = None,
+) -> None:
+    headers = [_JSON, (b"content-length", str(len(body)).encode()), (b"x-request-id", request_id.encode())]
+    if extra:
+        headers.extend((k.encode(), v.encode()) for k, v in extra.items())
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_page(send: Send, page: bytes, content_type: str, request_id: str) -> None:
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", str(len(page)).encode()),
+        (b"x-request-id", request_id.encode()),
+    ]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": page})
+
+
+async def _send_error(send: Send, exc: GatewayError, request_id: str) -> None:
+    await _send_json(send, exc.status, exc.body_bytes(), request_id, exc.headers)

@@ -1,0 +1,131 @@
+"""The life of a request, in order.
+
+    admit -> route -> forward -> response guards -> finish
+
+`app.py` assembles the stage list from config; later capabilities (decide, enforce,
+meter) are stages inserted between admit and forward, guards appended to the way back,
+and finishers (settle, audit completion) appended to the end. Finishers always run,
+whatever happened before them, so nothing reserved or begun is ever left open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol
+
+from gateway.errors import GatewayError, UpstreamTimeout
+from gateway.exchange import Exchange
+from gateway.forward import Forwarder, OpenStream
+from gateway.guards import ResponseGuard
+from gateway.ports import Chunk
+
+logger = logging.getLogger("tollgate.pipeline")
+
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+class Stage(Protocol):
+    name: str
+
+    async def __call__(self, exchange: Exchange) -> None: ...
+
+
+class Finisher(Protocol):
+    name: str
+
+    async def finish(self, exchange: Exchange) -> None: ...
+
+
+class Pipeline:
+    def __init__(
+        self,
+        stages: Sequence[Stage],
+        forwarder: Forwarder,
+        guards: Sequence[ResponseGuard],
+        finishers: Sequence[Finisher],
+    ) -> None:
+        self.stages = tuple(stages)
+        self.forwarder = forwarder
+        self.guards = tuple(guards)
+        self.finishers = tuple(finishers)
+
+    async def prepare(self, exchange: Exchange) -> None:
+        trace = exchange.trace
+        for stage in self.stages:
+            with trace.stage(stage.name):
+                await stage(exchange)
+
+    async def respond(self, exchange: Exchange) -> dict[str, Any]:
+        response = await self.forwarder.complete(exchange)
+        body = response.body
+        for guard in self.guards:
+            guard.on_response(exchange, body)
+        return body
+
+    async def open_stream(self, exchange: Exchange) -> OpenStream:
+        return await self.forwarder.open_stream(exchange)
+
+    async def relay(self, exchange: Exchange, opened: OpenStream) -> AsyncIterator[bytes]:
+        """Server-sent events for the client, chunk by chunk, through the guards.
+
+        A failure mid-stream (the upstream's, or a guard's) becomes an error event and the stream ends without
+        [DONE], which OpenAI clients report as an error. The upstream stream is closed in
+        every case, including when the client goes away and this generator is cancelled.
+        """
+        try:
+            chunk = opened.first
+            while chunk is not None:
+                for out in self._guard_chunk(exchange, chunk, 0):
+                    yield _event(out)
+                chunk = await _next_before(opened.chunks, exchange.deadline)
+            for index, guard in enumerate(self.guards):
+                for held in guard.on_end(exchange):
+                    for out in self._guard_chunk(exchange, held, index + 1):
+                        yield _event(out)
+            yield DONE_EVENT
+        except GatewayError as exc:  # upstream failures, and a guard's own refusal or failure
+            exchange.status = exc.status
+            exchange.error_code = exc.code
+            yield b"data: " + exc.body_bytes() + b"\n\n"
+        finally:
+            await opened.stream.aclose()
+
+    def _guard_chunk(self, exchange: Exchange, chunk: Chunk, start: int) -> list[Chunk]:
+        chunks = [chunk]
+        for guard in self.guards[start:]:
+            if len(chunks) == 1:
+                chunks = guard.on_chunk(exchange, chunks[0])
+            else:
+                chunks = [out for c in chunks for out in guard.on_chunk(exchange, c)]
+            if not chunks:
+                break
+        return chunks
+
+    async def finish(self, exchange: Exchange) -> None:
+        if exchange.completed_at is None:
+            exchange.completed_at = time.monotonic()
+        for finisher in self.finishers:
+            try:
+                await finisher.finish(exchange)
+            except Exception:
+                logger.exception(
+                    "finisher failed", extra={"request_id": exchange.request_id, "finisher": finisher.name}
+                )
+
+
+async def _next_before(chunks: AsyncIterator[Chunk], deadline: float) -> Chunk | None:
+    """The next chunk, or UpstreamTimeout once the request's deadline passes: the deadline
+    bounds the whole stream, not only its start. The timeout wraps only the wait for the
+    upstream, never the client's side of a yield."""
+    try:
+        async with asyncio.timeout(deadline - time.monotonic()):
+            return await anext(chunks, None)
+    except TimeoutError:
+        raise UpstreamTimeout("The request deadline passed before the stream completed.") from None
+
+
+def _event(chunk: Chunk) -> bytes:
+    return b"data: " + chunk.encoded() + b"\n\n"

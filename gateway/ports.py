@@ -1,0 +1,205 @@
+"""What the core asks of the outside world. Adapters implement these; the core never imports them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from gateway.exchange import Endpoint
+from gateway.metering.records import (
+    IdempotencyClaim,
+    ReserveOutcome,
+    ReserveRequest,
+    Settlement,
+    SpendRow,
+    StoredResponse,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    endpoint: Endpoint
+    model: str  # the upstream's model id; the adapter writes it into the body
+    body: dict[str, Any]  # the client's body after the request stages, passed through untouched otherwise
+    stream: bool
+    request_id: str
+    deadline: float  # time.monotonic() by which the whole answer must be in
+    first_byte_timeout: float  # seconds allowed until the first byte of the answer (a stream's first event)
+    session_key: str | None = None  # affinity key, already scoped per tenant and hashed
+    replica: int = 0  # which of the upstream's `replicas` to send to, chosen by the forwarder
+    trace_headers: Mapping[str, str] | None = None  # traceparent (and tracestate) for this attempt
+
+
+@dataclass(slots=True)
+class UpstreamResponse:
+    status: int
+    body: dict[str, Any]  # OpenAI-shaped, envelope removed
+
+
+class Chunk:
+    """One streamed event: the JSON text as received, parsed only when someone looks."""
+
+    __slots__ = ("_data", "dirty", "raw")
+
+    def __init__(self, raw: bytes, data: dict[str, Any] | None = None) -> None:
+        self.raw = raw
+        self._data = data
+        self.dirty = False  # set by whoever changes `data`, so it is re-serialised
+
+    @property
+    def data(self) -> dict[str, Any]:
+        if self._data is None:
+            parsed = orjson.loads(self.raw)
+            self._data = parsed if isinstance(parsed, dict) else {"value": parsed}
+        return self._data
+
+    def encoded(self) -> bytes:
+        if self.dirty:
+            self.raw = orjson.dumps(self.data)
+            self.dirty = False
+        return self.raw
+
+
+class ChunkStream(Protocol):
+    """An upstream stream that has started (status 200 received). Iterating may raise UpstreamError."""
+
+    def __aiter__(self) -> AsyncIterator[Chunk]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Upstream(Protocol):
+    name: str
+    provider: str  # GenAI semantic-convention provider name, e.g. "openai"
+    address: str  # host:port for telemetry, never credentials
+    # Base URLs of the servers behind this upstream (one for a single endpoint); the
+    # forwarder's pool picks one per attempt and names it by index in UpstreamRequest.replica.
+    replicas: tuple[str, ...]
+
+    async def complete(self, request: UpstreamRequest) -> UpstreamResponse:
+        """Send a non-streamed request. Raises UpstreamError subclasses on failure."""
+        ...
+
+    async def stream(self, request: UpstreamRequest) -> ChunkStream:
+        """Start a streamed request; returns once the upstream accepted it."""
+        ...
+
+    async def check_health(self, replica: int | None = None) -> bool:
+        """Whether one replica answers its health check; with None, whether any of them does."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class AuditSink(Protocol):
+    """An append-only log of policy decisions and request completions.
+
+    `append` must not block the request path: a sink queues the record and writes it in
+    the background, counting what it drops when its queue is full. Only a sink configured
+    as mandatory waits for the write and raises AuditWriteFailed when it fails.
+    """
+
+    async def append(self, record: dict[str, Any]) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class AuditWriter(Protocol):
+    """Where audit records are stored (a JSONL file, a Redis stream), behind the core's
+    queued AuditSink (`gateway.audit.queued_sink`).
+
+    `write` attaches a batch to the stored hash chain (`gateway.audit.chain.seal`) and
+    persists it, atomically with respect to every other writer of the same chain, in this
+    process or another. It raises when the batch may not have been stored.
+    """
+
+    async def write(self, records: list[dict[str, Any]]) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EngineResult:
+    """What a policy engine answered for one input document."""
+
+    value: Any  # the raw decision as the policy wrote it; None when the policy left it undefined
+    revision: str  # the policy revision that produced it
+    decision_id: str | None = None  # the engine's own id for the decision, when it has one
+    error: str | None = None  # why there is no value (an evaluation error), for the log
+
+
+class PolicyEngine(Protocol):
+    """Evaluates the policy for an input document (docs/policies.md).
+
+    `evaluate` raises PolicyUnavailable when no answer can be had (a server down or too
+    slow); a policy that answers with something that is not a decision is the caller's to
+    deny. `revision` names the policy now serving; `cacheable` says whether the same input
+    always gets the same decision from it (no time, randomness or network in the policy).
+    """
+
+    name: str  # "rego" or "opa", for logs and the decision record
+
+    @property
+    def revision(self) -> str: ...
+
+    @property
+    def cacheable(self) -> bool: ...
+
+    async def evaluate(self, input_doc: dict[str, Any]) -> EngineResult: ...
+
+    async def aclose(self) -> None: ...
+
+
+class StateStore(Protocol):
+    """Budgets, rate limits, idempotency keys and the spend ledger, shared by every process
+    (and, with Redis, every replica) that uses the same store. Records: gateway/metering/records.py.
+
+    Each method is one atomic step, with the same semantics in every adapter (one contract
+    test module runs against all of them). Any failure to reach the store raises
+    StateStoreUnavailable.
+
+    - `reserve`: first releases reservations whose lease has passed; then, if every rate
+      charge fits its limit and every hard budget counter can take its amount, takes them
+      all and records the reservation; otherwise changes nothing.
+    - `settle`: releases the reservation still open under that id (if any), adds the actual
+      amounts and the ledger entry, gives back the rate refunds. Idempotent: returns False,
+      changing nothing, for an id already settled.
+    - `claim_idempotency` / `complete_idempotency` / `release_idempotency`: an
+      Idempotency-Key is claimed by one request (for `lease_s`), then either holds its
+      response (for `ttl_s`) or is released for a retry.
+    """
+
+    name: str  # "sqlite" or "redis"
+
+    async def reserve(self, request: ReserveRequest) -> ReserveOutcome: ...
+
+    async def settle(self, settlement: Settlement) -> bool: ...
+
+    async def counters(self, tenant: str, counters: tuple[str, ...]) -> tuple[int, ...]:
+        """spent + reserved of each counter (0 for one never used)."""
+        ...
+
+    async def open_reservations(self, tenant: str) -> int:
+        """Reservations of the tenant neither settled nor past their lease."""
+        ...
+
+    async def claim_idempotency(
+        self, tenant: str, key: str, fingerprint: str, lease_s: float
+    ) -> IdempotencyClaim: ...
+
+    async def complete_idempotency(
+        self, tenant: str, key: str, fingerprint: str, response: StoredResponse, ttl_s: float
+    ) -> None: ...
+
+    async def release_idempotency(self, tenant: str, key: str) -> None: ...
+
+    async def spend(self, tenants: tuple[str, ...], since: str, until: str) -> list[SpendRow]:
+        """Ledger rows of these tenants for days since..until (YYYY-MM-DD, both included)."""
+        ...
+
+    async def ping(self) -> None: ...
+
+    async def aclose(self) -> None: ...

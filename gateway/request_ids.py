@@ -1,0 +1,14 @@
+"""Correlation ids: keep a well-formed client value, else mint one."""
+
+from __future__ import annotations
+
+import os
+import re
+
+_WELL_FORMED = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}")
+
+
+def request_id_from(client_value: str | None) -> str:
+    if client_value and _WELL_FORMED.fullmatch(client_value):
+        return client_value
+    return "req_" + os.urandom(16).hex()
