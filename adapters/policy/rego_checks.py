@@ -1,0 +1,218 @@
+"""Checks made on policy text before the embedded engine (regopy) compiles it.
+
+regopy accepts some text it then evaluates differently from OPA, silently:
+- Rego v0 syntax is read with v1 meaning (a v0 partial-set rule `p[x] { ... }` becomes a
+  partial object, and a deny set can come out empty): a rule body without `if` and
+  `import future.keywords` are refused.
+- Some builtins evaluate to undefined instead of failing (net.*, http.send, ...), and an
+  unknown function makes the result unparsable: every call must name a function defined
+  in the policy or a builtin regopy implements.
+- `sprintf("%q", ...)` prints a literal %q.
+And some builtins make a decision depend on more than its input (time, randomness, the
+network): they are allowed, but turn the decision cache off for that revision.
+
+The scan works on tokens with comments and string contents removed; it is not a parser,
+only sure enough for these checks (docs/policies.md lists them for policy authors).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from adapters.policy.source import PolicyLoadError, RegoFile
+
+# Builtins regopy reports as available but evaluates as undefined.
+UNSUPPORTED = frozenset(
+    {"time.parse_rfc3339_ns", "json.match_schema", "json.verify_schema", "strings.render_template"}
+)
+UNSUPPORTED_FAMILIES = ("net.", "http.", "graphql.", "rego.metadata.")
+
+# Builtins whose result depends on something other than the input and data.
+UNCACHEABLE = frozenset(
+    {
+        "time.now_ns",
+        "rand.intn",
+        "uuid.rfc4122",
+        "http.send",
+        "net.lookup_ip_addr",
+        "opa.runtime",
+        "io.jwt.decode_verify",
+        "crypto.x509.parse_and_verify_certificates",
+        "crypto.x509.parse_and_verify_certificates_with_options",
+    }
+)
+
+_KEYWORDS = frozenset(
+    {"if", "in", "not", "some", "every", "contains", "else", "with", "as", "default", "import", "package"}
+)
+# After these a `{` opens a value (object, set, comprehension), not a rule body.
+_VALUE_CONTEXT = frozenset(
+    {":=", "=", "==", "!=", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "&", "|", ",", "(", "[", "{", ":"}
+    | {"contains", "in", "as", "not", "if", "default"}
+)
+_TOKEN = re.compile(
+    r"""(?P<space>\s+)|(?P<comment>\#[^\n]*)|(?P<string>"(?:[^"\\\n]|\\.)*"|`[^`]*`)
+    |(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
+    |(?P<number>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
+    |(?P<op>:=|==|!=|<=|>=|[{}()\[\],;:=<>+\-*/%&|.!])""",
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    kind: str  # name, number, string, op
+    text: str
+    line: int
+    depth: int  # nesting of (), [] and {} before this token
+    line_start: bool  # first token on its line
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleFacts:
+    file: RegoFile
+    package: str
+    imports: dict[str, str]  # alias -> imported path without "data."
+    functions: frozenset[str]  # functions this module defines, unqualified
+    calls: tuple[tuple[str, int], ...]  # (called name, line)
+
+
+def tokens(text: str) -> list[Token]:
+    found: list[Token] = []
+    depth, line, line_start, position = 0, 1, True, 0
+    while position < len(text):
+        match = _TOKEN.match(text, position)
+        if match is None:
+            raise PolicyLoadError(f"line {line}: unexpected character {text[position]!r}")
+        kind, value = match.lastgroup or "", match.group()
+        position = match.end()
+        if kind in ("space", "comment"):
+            newlines = value.count("\n")
+            line += newlines
+            line_start = line_start or newlines > 0
+            continue
+        if kind == "string":
+            value = '"%q"' if value.startswith('"') and "%q" in value else '""'
+        if value in ")]}":
+            depth = max(depth - 1, 0)
+        found.append(Token(kind, value, line, depth, line_start))
+        if value in "([{" and kind == "op":
+            depth += 1
+        line_start = False
+        if kind == "string":
+            line += match.group().count("\n")
+    return found
+
+
+def module_facts(file: RegoFile) -> ModuleFacts:
+    try:
+        toks = tokens(file.text)
+    except PolicyLoadError as exc:
+        raise PolicyLoadError(f"{file.path}: {exc}") from None
+    _refuse_v0(file, toks)
+    package, imports, functions, calls = "", {}, set(), []
+    for index, tok in enumerate(toks):
+        following = toks[index + 1] if index + 1 < len(toks) else None
+        if tok.text == "package" and following is not None:
+            package = following.text
+        elif tok.text == "import" and following is not None and following.text.startswith("data."):
+            alias = following.text.rsplit(".", 1)[-1]
+            after = toks[index + 2 : index + 4]
+            if len(after) == 2 and after[0].text == "as":
+                alias = after[1].text
+            imports[alias] = following.text[len("data.") :]
+        elif tok.kind == "name" and following is not None and following.text == "(":
+            if tok.text in _KEYWORDS:
+                continue
+            if tok.depth == 0 and tok.line_start:
+                functions.add(tok.text)
+            else:
+                calls.append((tok.text, tok.line))
+    if not package:
+        raise PolicyLoadError(f"{file.path}: no package declaration")
+    return ModuleFacts(file, package, imports, frozenset(functions), tuple(calls))
+
+
+def check_modules(modules: Iterable[RegoFile], is_builtin: Callable[[str], bool]) -> list[str]:
+    """Every module's problems, and the uncacheable builtins it calls.
+
+    Returns the names of the uncacheable builtins called (empty: the policy is cacheable);
+    raises PolicyLoadError listing every problem found.
+    """
+    facts = [module_facts(m) for m in modules]
+    defined = {f"{f.package}.{name}" for f in facts for name in f.functions}
+    problems: list[str] = []
+    uncacheable: set[str] = set()
+    for module in facts:
+        for name, line in module.calls:
+            where = f"{module.file.path}:{line}"
+            resolved = _resolve(name, module)
+            if resolved is not None:
+                if resolved not in defined:
+                    problems.append(f"{where}: calls {name}, which no module defines")
+                continue
+            if name in UNCACHEABLE:
+                uncacheable.add(name)
+            if name in UNSUPPORTED or name.startswith(UNSUPPORTED_FAMILIES):
+                problems.append(
+                    f"{where}: calls {name}, which the embedded engine evaluates as undefined "
+                    "(use engine: opa for it)"
+                )
+            elif not is_builtin(name):
+                problems.append(f"{where}: calls {name}, which is neither defined here nor a builtin")
+        for tok in _sprintf_q(module.file):
+            problems.append(f"{module.file.path}:{tok}: sprintf with %q prints a literal %q here; use %v")
+    if problems:
+        raise PolicyLoadError("; ".join(problems))
+    return sorted(uncacheable)
+
+
+def _resolve(name: str, module: ModuleFacts) -> str | None:
+    """The qualified name of a call to a policy-defined function; None for a builtin."""
+    if name.startswith("data."):
+        return name[len("data.") :]
+    head, _, rest = name.partition(".")
+    if head in module.imports and rest:
+        return f"{module.imports[head]}.{rest}"
+    if name in module.functions:
+        return f"{module.package}.{name}"
+    return None
+
+
+def _refuse_v0(file: RegoFile, toks: list[Token]) -> None:
+    every_pending = False
+    for index, tok in enumerate(toks):
+        if (
+            tok.text == "import"
+            and index + 1 < len(toks)
+            and toks[index + 1].text.startswith("future.keywords")
+        ):
+            raise PolicyLoadError(
+                f"{file.path}:{tok.line}: `import future.keywords` is Rego v0; "
+                "write Rego v1 (drop the import)"
+            )
+        if tok.depth != 0:
+            continue
+        if tok.text == "every":
+            every_pending = True
+        elif tok.text == "{" and tok.kind == "op":
+            if every_pending:
+                every_pending = False
+                continue
+            previous = toks[index - 1] if index else None
+            if previous is not None and previous.text not in _VALUE_CONTEXT:
+                raise PolicyLoadError(
+                    f"{file.path}:{tok.line}: a rule body without `if` is Rego v0 syntax; "
+                    "write Rego v1 (`rule if { ... }`, `set contains x if { ... }`)"
+                )
+
+
+def _sprintf_q(file: RegoFile) -> list[int]:
+    toks = tokens(file.text)
+    return [
+        toks[i].line
+        for i in range(len(toks) - 2)
+        if toks[i].text == "sprintf" and toks[i + 1].text == "(" and toks[i + 2].text == '"%q"'
+    ]

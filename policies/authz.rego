@@ -1,0 +1,184 @@
+# Tollgate's default policy: which tenants may use which models and tools, where tool
+# arguments may point, which redaction applies and which upstreams may receive a tenant's
+# data. What it reads is in data.yaml beside it; the input document and the decision are
+# described in docs/policies.md. Rego v1; `tollgate policy test` runs authz_test.rego.
+#
+# Safe by default: an unknown tenant is denied, no tool is allowed unless listed, and
+# private, loopback and link-local hosts are dropped from every tool destination list.
+package gateway.authz
+
+default tenant := {}
+
+tenant := data.tenants[input.tenant]
+
+default defaults := {}
+
+defaults := data.defaults
+
+decision := {
+	"allow": allow,
+	"reasons": reasons,
+	"tools": {"allowed": sort(allowed_tools), "on_violation": on_tool_violation},
+	"tool_args": tool_args,
+	"redact": object.union(object.get(defaults, "redact", {}), object.get(tenant, "redact", {})),
+	"route": {"upstreams": sort(permitted_upstreams)},
+	"limits": limits,
+}
+
+# Allow needs the positive facts as well as an empty deny set, so that a deny rule that
+# fails to fire (an undefined value in its message, say) can never turn into an allow.
+default allow := false
+
+allow if {
+	known_tenant
+	model_allowed
+	count(deny) == 0
+}
+
+reasons := sort(deny) if count(deny) > 0
+
+reasons := [] if allow
+
+reasons := ["denied by policy"] if {
+	not allow
+	count(deny) == 0
+}
+
+# Messages are built with concat, not sprintf: the embedded engine (regopy) prints a
+# string returned by another builtin inside sprintf with stray quotes.
+tenant_name := as_text(object.get(input, "tenant", null))
+
+model_name := as_text(object.get(input, "model", null))
+
+as_text(value) := value if is_string(value)
+
+as_text(value) := "(none)" if not is_string(value)
+
+# --- who -----------------------------------------------------------------------------
+
+known_tenant if data.tenants[input.tenant]
+
+deny contains concat("", ["tenant ", tenant_name, " is not known to the policy"]) if not known_tenant
+
+deny contains "the tenant's budget is exhausted" if input.budget == "exceeded"
+
+# --- which model ---------------------------------------------------------------------
+
+model_allowed if "*" in tenant.models
+
+model_allowed if input.model in tenant.models
+
+deny contains msg if {
+	known_tenant
+	not model_allowed
+	msg := concat("", ["model ", model_name, " is not allowed for tenant ", tenant_name])
+}
+
+# --- which tools ---------------------------------------------------------------------
+
+allowed_tools := {name | some name in object.get(tenant, "tools", [])}
+
+offered_tools := {name | some name in object.get(input, "tools", [])}
+
+default on_tool_violation := "reject"
+
+on_tool_violation := tenant.on_tool_violation
+
+on_tool_violation := defaults.on_tool_violation if not tenant.on_tool_violation
+
+refused_tools := offered_tools - allowed_tools
+
+deny contains msg if {
+	on_tool_violation == "reject"
+	count(refused_tools) > 0
+	msg := concat("", ["tools not allowed for this tenant: ", concat(", ", sort(refused_tools))])
+}
+
+# A named tool_choice cannot be stripped without breaking the request, so it is refused
+# whatever on_violation says.
+deny contains msg if {
+	name := input.tool_choice_name
+	is_string(name)
+	not name in allowed_tools
+	msg := concat("", ["tool_choice names a tool not allowed for this tenant: ", name])
+}
+
+# --- where tool arguments may point --------------------------------------------------
+
+tool_args := {tool: {path: without_private_hosts(rule) | some path, rule in paths} |
+	some tool, paths in object.get(tenant, "tool_args", {})
+	tool in allowed_tools
+}
+
+without_private_hosts(rule) := object.union(rule, {"allowed_hosts": [host |
+	some host in object.get(rule, "allowed_hosts", [])
+	not private_host(host)
+]})
+
+private_host(host) if lower(host) in {"localhost", "localhost.localdomain", "ip6-localhost", "0.0.0.0", "::", "::1", "[::1]"}
+
+private_host(host) if endswith(lower(host), ".localhost")
+
+# Dotted-quad literals are matched octet by octet: cheaper in the engine than a prefix scan.
+private_host(host) if {
+	octets := split(host, ".")
+	count(octets) == 4
+	private_ipv4(octets)
+}
+
+private_ipv4(octets) if octets[0] in {"0", "10", "127"}
+
+private_ipv4(octets) if [octets[0], octets[1]] in {["169", "254"], ["192", "168"], ["100", "64"]}
+
+private_ipv4(octets) if {
+	octets[0] == "172"
+	octets[1] in {"16", "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31"}
+}
+
+private_host(host) if {
+	contains(host, ":")
+	some prefix in {"fc", "fd", "fe80:", "::ffff:"}
+	startswith(lower(trim(host, "[]")), prefix)
+}
+
+# --- which upstreams may receive the data --------------------------------------------
+
+permitted_upstreams := {name |
+	some name in object.get(input, "upstreams", [])
+	tenant_may_send(name)
+	class_may_send(name)
+}
+
+tenant_may_send(_) if not tenant.upstreams
+
+tenant_may_send(name) if name in tenant.upstreams
+
+class_may_send(_) if not is_string(input.data_class)
+
+class_may_send(name) if name in data.data_classes[input.data_class].upstreams
+
+deny contains msg if {
+	is_string(input.data_class)
+	not data.data_classes[input.data_class]
+	msg := concat("", ["unknown data class ", input.data_class])
+}
+
+deny contains msg if {
+	model_allowed
+	count(object.get(input, "upstreams", [])) > 0
+	count(permitted_upstreams) == 0
+	msg := concat("", ["no upstream serving model ", model_name, " may receive this tenant's data"])
+}
+
+# --- limits the gateway enforces -----------------------------------------------------
+
+limits := object.union(base_limits, budget_limits)
+
+base_limits := object.union(object.get(defaults, "limits", {}), object.get(tenant, "limits", {}))
+
+default budget_limits := {}
+
+budget_limits := {"max_tokens": defaults.soft_budget_max_tokens} if {
+	input.budget == "soft_exceeded"
+	defaults.soft_budget_max_tokens < object.get(base_limits, "max_tokens", defaults.soft_budget_max_tokens + 1)
+}

@@ -1,0 +1,226 @@
+# Tests of authz.rego against data.yaml; `tollgate policy test` runs them, and the gateway
+# runs them before it accepts an edited policy.
+#
+# Inputs are set field by field (`with input.tenant as "demo"`), never whole
+# (`with input as {...}`): the embedded engine cannot evaluate the whole-input form when
+# the rule under test calls a builtin. Both forms mean the same to OPA.
+#
+# Lists the policy sorts from a set are compared as sets (`set_of`): the embedded engine's
+# sort() of a set returns a set, which never equals an array; OPA returns an array. The
+# JSON decision is the same from both.
+package gateway.authz_test
+
+import data.gateway.authz
+
+set_of(xs) := {x | some x in xs}
+
+test_a_listed_tenant_may_use_a_listed_model if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+	d.allow == true
+	count(d.reasons) == 0
+	set_of(d.route.upstreams) == {"local"}
+	d.limits == {"max_tokens": 4096, "tool_output_max_chars": 16000}
+}
+
+test_an_unknown_tenant_is_denied if {
+	d := authz.decision with input.tenant as "mallory"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+	d.allow == false
+	set_of(d.reasons) == {"tenant mallory is not known to the policy"}
+	count(d.tools.allowed) == 0
+}
+
+test_a_request_without_a_tenant_is_denied if {
+	d := authz.decision with input.model as "kimi-k2.6"
+	d.allow == false
+	set_of(d.reasons) == {"tenant (none) is not known to the policy"}
+}
+
+test_a_model_not_listed_is_denied if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "gpt-9"
+		with input.upstreams as ["local"]
+	d.allow == false
+	set_of(d.reasons) == {"model gpt-9 is not allowed for tenant demo"}
+}
+
+test_a_model_that_is_not_a_string_is_denied if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as 7
+		with input.upstreams as ["local"]
+	d.allow == false
+}
+
+test_a_star_allows_every_model if {
+	d := authz.decision with input.tenant as "open"
+		with input.model as "anything"
+		with input.upstreams as ["local"]
+		with data.tenants.open as {"models": ["*"]}
+	d.allow == true
+}
+
+test_a_tenant_without_models_may_use_none if {
+	d := authz.decision with input.tenant as "bare"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with data.tenants.bare as {}
+	d.allow == false
+	count(d.tools.allowed) == 0
+	d.tools.on_violation == "reject"
+}
+
+test_only_listed_tools_are_allowed if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.tools as ["search", "shell"]
+	d.allow == true
+	set_of(d.tools.allowed) == {"fetch_url", "get_weather", "search"}
+	d.tools.on_violation == "strip"
+}
+
+test_unlisted_tools_are_denied_when_the_tenant_rejects if {
+	d := authz.decision with input.tenant as "strict"
+		with input.model as "m"
+		with input.upstreams as ["local"]
+		with input.tools as ["shell", "search", "exec"]
+		with data.tenants.strict as {"models": ["m"], "tools": ["search"]}
+	d.allow == false
+	set_of(d.reasons) == {"tools not allowed for this tenant: exec, shell"}
+	d.tools.on_violation == "reject"
+}
+
+test_a_named_tool_choice_must_be_allowed if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.tools as ["shell"]
+		with input.tool_choice_name as "shell"
+	d.allow == false
+	set_of(d.reasons) == {"tool_choice names a tool not allowed for this tenant: shell"}
+}
+
+test_a_named_allowed_tool_choice_is_fine if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.tools as ["search"]
+		with input.tool_choice_name as "search"
+	d.allow == true
+}
+
+test_tool_destinations_come_from_data if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+	d.tool_args.fetch_url.url.allowed_hosts == ["*.wikipedia.org", "docs.python.org"]
+}
+
+test_private_and_link_local_destinations_are_dropped if {
+	hosts := [
+		"10.1.2.3", "127.0.0.1", "169.254.169.254", "192.168.0.1", "172.16.0.1", "172.31.9.9",
+		"100.64.0.1", "0.0.0.0", "localhost", "LOCALHOST", "metadata.localhost", "::1", "[::1]",
+		"fe80::1", "fd00::1", "[fc00::1]", "::ffff:10.0.0.1", "172.32.0.1", "example.com", "fdic.gov",
+	]
+	d := authz.decision with input.tenant as "t"
+		with input.model as "m"
+		with input.upstreams as ["local"]
+		with data.tenants.t as {"models": ["m"], "tools": ["fetch"], "tool_args": {"fetch": {"url": {"allowed_hosts": hosts}}}}
+	d.tool_args.fetch.url.allowed_hosts == ["172.32.0.1", "example.com", "fdic.gov"]
+}
+
+test_arguments_of_tools_not_allowed_are_dropped if {
+	d := authz.decision with input.tenant as "t"
+		with input.model as "m"
+		with input.upstreams as ["local"]
+		with data.tenants.t as {"models": ["m"], "tools": [], "tool_args": {"fetch": {"url": {"allowed_hosts": ["a.com"]}}}}
+	d.tool_args == {}
+}
+
+test_upstreams_are_limited_to_the_tenants_list if {
+	d := authz.decision with input.tenant as "t"
+		with input.model as "m"
+		with input.upstreams as ["workers-ai", "local"]
+		with data.tenants.t as {"models": ["m"], "upstreams": ["local"]}
+	d.allow == true
+	set_of(d.route.upstreams) == {"local"}
+}
+
+test_a_tenant_without_an_upstream_list_may_use_every_upstream if {
+	d := authz.decision with input.tenant as "t"
+		with input.model as "m"
+		with input.upstreams as ["workers-ai", "local"]
+		with data.tenants.t as {"models": ["m"]}
+	set_of(d.route.upstreams) == {"local", "workers-ai"}
+}
+
+test_a_data_class_limits_the_upstreams if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["workers-ai", "local"]
+		with input.data_class as "confidential"
+	d.allow == true
+	set_of(d.route.upstreams) == {"local"}
+}
+
+test_no_permitted_upstream_is_denied if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["workers-ai"]
+		with input.data_class as "confidential"
+	d.allow == false
+	set_of(d.reasons) == {"no upstream serving model kimi-k2.6 may receive this tenant's data"}
+}
+
+test_an_unknown_data_class_is_denied if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.data_class as "top-secret"
+	d.allow == false
+	"unknown data class top-secret" in d.reasons
+}
+
+test_redaction_comes_from_the_tenant_over_the_defaults if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+	d.redact == {"request": "mask", "response": "off", "entities": ["EMAIL", "CREDIT_CARD", "API_KEY"]}
+}
+
+test_redaction_defaults_apply_without_a_tenant_setting if {
+	d := authz.decision with input.tenant as "t"
+		with input.model as "m"
+		with input.upstreams as ["local"]
+		with data.tenants.t as {"models": ["m"]}
+	d.redact == {"request": "off", "response": "off", "entities": []}
+}
+
+test_an_exhausted_budget_is_denied if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.budget as "exceeded"
+	d.allow == false
+	set_of(d.reasons) == {"the tenant's budget is exhausted"}
+}
+
+test_a_soft_exceeded_budget_lowers_max_tokens if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.budget as "soft_exceeded"
+	d.allow == true
+	d.limits.max_tokens == 1024
+}
+
+test_tenant_limits_override_the_defaults if {
+	d := authz.decision with input.tenant as "t"
+		with input.model as "m"
+		with input.upstreams as ["local"]
+		with data.tenants.t as {"models": ["m"], "limits": {"max_tokens": 256}}
+	d.limits == {"max_tokens": 256, "tool_output_max_chars": 16000}
+}
