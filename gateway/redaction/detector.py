@@ -1,0 +1,210 @@
+"""Finding entities in text: exactly, for a whole text, or as far as a stream allows.
+
+A `Catalog` compiles a set of entity kinds once (at start-up); a `Detector` is a cheap
+view of it restricted to the kinds one request asked for. Results are the same whichever
+way a text is scanned:
+
+- `find(text)`: the whole text is known. The Hyperscan prefilter names the regions worth
+  a look and the exact patterns run there only.
+- `scan(text, pos, final=False)`: the text may go on (a stream). Besides the entities it
+  returns `hold`, the earliest index where a match may still be in progress (a partial
+  match, or a complete one too close to the end to be sure of); everything before `hold`
+  is settled and every entity returned ends before it.
+
+Each pattern is scanned on its own, leftmost-first; after a match its validator rejects,
+the scan goes on one character later. The accepted matches of all kinds are then made
+disjoint: earliest first, longest first on a tie, then in catalog order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import regex
+
+from gateway.redaction.entities import LOOKAHEAD, EntityKind
+from gateway.redaction.prefilter import Prefilter, compilable, max_width
+
+_UNBOUNDED = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """One entity: `start`/`end` delimit what is replaced, `whole_*` the whole match."""
+
+    start: int
+    end: int
+    kind: str
+    whole_start: int
+    whole_end: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Exact:
+    kind: str
+    order: int  # position in the catalog, to break ties between kinds deterministically
+    pattern: Any  # regex.Pattern[str]; the regex module ships no generic type for it
+    check: Callable[[str], bool] | None
+    value_group: bool
+    width: int  # the longest match (the text's length when unknown)
+
+    def accept(self, match: Any) -> Found | None:
+        if self.value_group:
+            start, end = match.span("v")
+        else:
+            start, end = match.span()
+        if start == end or (self.check is not None and not self.check(match.string[start:end])):
+            return None
+        return Found(start, end, self.kind, match.start(), match.end())
+
+
+class Catalog:
+    """Compiled patterns for a set of kinds; build once, share between requests."""
+
+    def __init__(self, kinds: Iterable[EntityKind]) -> None:
+        self.kinds = tuple(kinds)
+        self.names = frozenset(kind.name for kind in self.kinds)
+        prefiltered: list[_Exact] = []
+        sources: list[tuple[str, int]] = []
+        self._unfiltered: list[_Exact] = []
+        for order, kind in enumerate(self.kinds):
+            flags = regex.V0 | regex.ASCII | (regex.IGNORECASE if kind.ignore_case else 0)
+            for source in kind.patterns:
+                compiled = regex.compile(source, flags)
+                width = max_width(source)
+                exact = _Exact(
+                    kind.name, order, compiled, kind.check, "v" in compiled.groupindex, width or _UNBOUNDED
+                )
+                # A non-ASCII pattern cannot be prefiltered on "?"-substituted bytes.
+                if (
+                    width
+                    and source.isascii()
+                    and not kind.ignore_case
+                    and (kind.builtin or compilable(source))
+                ):
+                    prefiltered.append(exact)
+                    sources.append((source, width))
+                else:
+                    self._unfiltered.append(exact)
+        self._prefiltered = tuple(prefiltered)
+        self._all = (*self._prefiltered, *self._unfiltered)
+        self._prefilter = Prefilter(sources)
+        self._orders = {kind.name: order for order, kind in enumerate(self.kinds)}
+
+    def detector(self, names: Iterable[str] | None = None) -> Detector:
+        """A detector for the kinds named (all of this catalog's when `names` is None)."""
+        return Detector(self, self.names if names is None else frozenset(names) & self.names)
+
+    def find(self, text: str, names: frozenset[str]) -> list[Found]:
+        accepted: list[Found] = []
+        for index, regions in self._prefilter.regions(text).items():
+            exact = self._prefiltered[index]
+            if exact.kind in names:
+                for start, end in regions:
+                    _search(exact, text, start, end, accepted)
+        for exact in self._unfiltered:
+            if exact.kind in names:
+                _search(exact, text, 0, len(text), accepted)
+        return disjoint(accepted, self._order)
+
+    def scan(self, text: str, pos: int, final: bool, names: frozenset[str]) -> tuple[list[Found], int]:
+        size = len(text)
+        hold = size
+        matches: list[Any] = []  # every complete match, accepted or not
+        accepted: list[Found] = []
+        for exact in self._all:
+            if exact.kind not in names:
+                continue
+            search = exact.pattern.search
+            at = pos
+            while (match := search(text, at, partial=not final)) is not None:
+                if not final and (match.partial or match.end() + LOOKAHEAD > size):
+                    if match.start() < size:
+                        hold = min(hold, match.start())
+                    break
+                matches.append(match)
+                found = exact.accept(match)
+                if found is not None:
+                    accepted.append(found)
+                at = _next(match, found)
+        # A match that straddles `hold` is not settled either: hold from its start.
+        settled = False
+        while not settled:
+            settled = True
+            for match in matches:
+                if match.start() < hold < match.end():
+                    hold = match.start()
+                    settled = False
+        return disjoint([f for f in accepted if f.whole_end <= hold], self._order), hold
+
+    def _order(self, kind: str) -> int:
+        return self._orders[kind]
+
+
+def _search(exact: _Exact, text: str, pos: int, region_end: int, into: list[Found]) -> None:
+    """Matches starting in [pos, region_end). The text is cut a whole match's width (and the
+    look-ahead) beyond, so that no match starting in the region ever sees the cut."""
+    search = exact.pattern.search
+    endpos = min(len(text), region_end + exact.width + LOOKAHEAD)
+    while (match := search(text, pos, endpos)) is not None and match.start() < region_end:
+        found = exact.accept(match)
+        if found is not None:
+            into.append(found)
+        pos = _next(match, found)
+
+
+def _next(match: Any, found: Found | None) -> int:
+    """Where to look next: after an accepted match; one character on from a rejected one, so
+    that "2 4111 1111 1111 1111" (no card: 17 digits) still yields the card after the 2."""
+    if found is None or match.end() == match.start():
+        return int(match.start()) + 1
+    return int(match.end())
+
+
+def disjoint(found: Sequence[Found], order: Callable[[str], int]) -> list[Found]:
+    """Non-overlapping entities: earliest first; on the same start, longest; then catalog order."""
+    if len(found) < 2:
+        return list(found)
+    result: list[Found] = []
+    end = -1
+    for item in sorted(found, key=lambda f: (f.start, f.start - f.end, order(f.kind))):
+        if item.start >= end:
+            result.append(item)
+            end = item.end
+    return result
+
+
+class Detector:
+    """A `Catalog` restricted to some kinds: what one request detects."""
+
+    __slots__ = ("catalog", "names")
+
+    def __init__(self, catalog: Catalog, names: frozenset[str]) -> None:
+        self.catalog = catalog
+        self.names = names
+
+    def find(self, text: str) -> list[Found]:
+        if not self.names:
+            return []
+        return self.catalog.find(text, self.names)
+
+    def scan(self, text: str, pos: int, final: bool = False) -> tuple[list[Found], int]:
+        if not self.names:
+            return [], len(text)
+        return self.catalog.scan(text, pos, final, self.names)
+
+
+def replaced(text: str, found: Sequence[Found], replacement: Callable[[Found, str], str]) -> str:
+    """`text` with each entity replaced by `replacement(entity, its text)`."""
+    if not found:
+        return text
+    parts: list[str] = []
+    last = 0
+    for item in found:
+        parts.append(text[last : item.start])
+        parts.append(replacement(item, text[item.start : item.end]))
+        last = item.end
+    parts.append(text[last:])
+    return "".join(parts)
