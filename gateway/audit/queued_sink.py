@@ -1,0 +1,127 @@
+"""The AuditSink the stages use: records are queued on the request path and written by one
+background task, in batches, through an AuditWriter.
+
+Non-mandatory (the default), `append` never waits: a full queue drops the record, counts
+it and logs an error (on the 1st, 2nd, 4th, 8th... drop, so a flood does not flood the
+log). Mandatory, `append` waits until its record is written and raises AuditWriteFailed
+when the write fails or takes longer than `write_timeout_s`, so the request fails closed.
+`prepare` (the persistence scrub) runs in the background task; a record it cannot
+prepare is never written unprepared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from gateway.errors import AuditWriteFailed
+from gateway.ports import AuditWriter
+
+logger = logging.getLogger("tollgate.audit")
+
+Record = dict[str, Any]
+_Item = tuple[Record, "asyncio.Future[None] | None"]
+
+
+class QueuedSink:
+    def __init__(
+        self,
+        writer: AuditWriter,
+        *,
+        queue_size: int = 10_000,
+        mandatory: bool = False,
+        write_timeout_s: float = 5.0,
+        batch_size: int = 256,
+        prepare: Callable[[Record], Record] | None = None,
+    ) -> None:
+        self._writer = writer
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue(queue_size)
+        self._mandatory = mandatory
+        self._timeout = write_timeout_s
+        self._batch_size = batch_size
+        self._prepare = prepare
+        self._task: asyncio.Task[None] | None = None
+        self.written = 0
+        self.dropped = 0  # queue full
+        self.failed = 0  # the writer or `prepare` failed
+
+    async def append(self, record: Record) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="audit-writer")
+        if not self._mandatory:
+            try:
+                self._queue.put_nowait((record, None))
+            except asyncio.QueueFull:
+                self._drop()
+            return
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._queue.put((record, written))
+                await written
+        except TimeoutError:
+            raise AuditWriteFailed(
+                "The decision log could not be written in time; the request was refused."
+            ) from None
+
+    async def aclose(self, drain_timeout_s: float = 5.0) -> None:
+        """Write what is queued (for up to `drain_timeout_s`), then stop and close the writer."""
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(drain_timeout_s):
+                    await self._queue.join()
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._writer.aclose()
+
+    def _drop(self) -> None:
+        self.dropped += 1
+        if self.dropped & (self.dropped - 1) == 0:
+            logger.error("audit queue full: records dropped", extra={"dropped_total": self.dropped})
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < self._batch_size:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except asyncio.QueueEmpty:
+                    break
+            try:
+                await self._write(batch)
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+
+    async def _write(self, batch: list[_Item]) -> None:
+        ready: list[_Item] = []
+        for record, written in batch:
+            try:
+                ready.append((self._prepare(record) if self._prepare else record, written))
+            except Exception:
+                logger.exception("audit record could not be prepared; not written")
+                self._fail([(record, written)])
+        if not ready:
+            return
+        try:
+            await self._writer.write([record for record, _ in ready])
+        except Exception:
+            logger.exception("audit write failed", extra={"records": len(ready)})
+            self._fail(ready)
+            return
+        self.written += len(ready)
+        for _, written in ready:
+            if written is not None and not written.done():
+                written.set_result(None)
+
+    def _fail(self, items: list[_Item]) -> None:
+        self.failed += len(items)
+        for _, written in items:
+            if written is not None and not written.done():
+                written.set_exception(
+                    AuditWriteFailed("The decision log could not be written; the request was refused.")
+                )
