@@ -1,0 +1,18 @@
+"""State stores: budgets, rate limits, idempotency keys and the spend ledger.
+`build_state_store` picks one from config."""
+
+from __future__ import annotations
+
+from gateway.config import StateConfig
+from gateway.ports import StateStore
+
+
+def build_state_store(config: StateConfig) -> StateStore:
+    if config.store == "redis":
+        from adapters.state.redis import RedisStore
+
+        assert config.redis_url is not None  # the config requires it for this store
+        return RedisStore(config.redis_url, config.key_prefix, config.timeout_s)
+    from adapters.state.sqlite import SQLiteStore
+
+    return SQLiteStore(config.sqlite_path)

@@ -1,0 +1,188 @@
+"""The state store for many replicas: Redis (or Redis Cluster), one atomic Lua script per
+operation (`redis_scripts.py`), sent through an automatic pipeline (`redis_batch.py`).
+
+Keys are `<prefix>:{<tenant>}:...`: the hash tag keeps each tenant's keys in one cluster
+slot, so every script's keys are co-located. The client reconnects by itself: a failed
+command raises StateStoreUnavailable, and the next one opens a fresh connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import date, timedelta
+from urllib.parse import urlsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from adapters.state import redis_scripts
+from adapters.state.redis_batch import Batcher, Script, unavailable
+from gateway.metering.records import (
+    IdempotencyClaim,
+    RateState,
+    ReserveOutcome,
+    ReserveRequest,
+    Settlement,
+    SpendRow,
+    StoredResponse,
+)
+
+_SAFE_TAG = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_LEDGER_FIELDS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost_micros")
+
+
+class RedisStore:
+    name = "redis"
+
+    def __init__(self, url: str, prefix: str = "tollgate", timeout_s: float = 1.0) -> None:
+        self._client = Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            # One quiet retry on a fresh connection covers a pooled connection that died
+            # (e.g. Redis restarted); anything longer would hold requests up while it is down.
+            retry=Retry(NoBackoff(), 1),
+            decode_responses=False,
+        )
+        parts = urlsplit(url)
+        self._describe = f"{parts.hostname}:{parts.port or 6379}"
+        self._prefix = prefix
+        self._batch = Batcher(self._client, self._describe)
+        self._reserve = Script(redis_scripts.RESERVE)
+        self._settle = Script(redis_scripts.SETTLE)
+        self._counters = Script(redis_scripts.COUNTERS)
+        self._open = Script(redis_scripts.OPEN_RESERVATIONS)
+        self._claim = Script(redis_scripts.CLAIM_IDEMPOTENCY)
+        self._complete = Script(redis_scripts.COMPLETE_IDEMPOTENCY)
+        self._release = Script(redis_scripts.RELEASE_IDEMPOTENCY)
+
+    def _base(self, tenant: str) -> str:
+        tag = tenant if _SAFE_TAG.match(tenant) else "h" + hashlib.sha256(tenant.encode()).hexdigest()[:24]
+        return f"{self._prefix}:{{{tag}}}:"
+
+    async def reserve(self, request: ReserveRequest) -> ReserveOutcome:
+        base = self._base(request.tenant)
+        keys = (
+            base + "leases",
+            base + "r:" + request.reservation_id,
+            *(base + "q:" + rate.counter for rate in request.rates),
+            *(base + "c:" + budget.counter for budget in request.budgets),
+        )
+        numbers = [len(request.rates), len(request.budgets), round(request.lease_s * 1_000_000)]
+        for rate in request.rates:
+            numbers += [rate.increment_us, rate.per_minute]
+        for budget in request.budgets:
+            numbers += [budget.amount, budget.limit, 1 if budget.hard else 0, budget.expires_at]
+        args = (base + "r:", request.reservation_id, _joined(numbers))
+        reply = await self._batch.call(self._reserve, keys, args)
+        nb = len(request.budgets)
+        used = tuple(int(v) for v in reply[1 : 1 + nb])
+        rates = []
+        for index, rate in enumerate(request.rates):
+            remaining, backlog_us, retry_us = reply[1 + nb + 3 * index : 4 + nb + 3 * index]
+            rates.append(
+                RateState(rate.per_minute, int(remaining), int(backlog_us) / 1e6, int(retry_us) / 1e6)
+            )
+        return ReserveOutcome(reply[0] == 1, used, tuple(rates))
+
+    async def settle(self, settlement: Settlement) -> bool:
+        base = self._base(settlement.tenant)
+        entry = settlement.ledger
+        keys = [
+            base + "leases",
+            base + "r:" + settlement.reservation_id,
+            *(base + "c:" + counter for counter, _, _ in settlement.spent),
+            *(base + "q:" + refund.counter for refund in settlement.refunds),
+        ]
+        numbers = [len(settlement.spent), len(settlement.refunds), settlement.keep_s * 1000]
+        for _, amount, expires_at in settlement.spent:
+            numbers += [amount, expires_at]
+        numbers += [refund.increment_us for refund in settlement.refunds]
+        if entry is not None:
+            keys.append(base + "l:" + entry.day)
+            numbers += [entry.requests, entry.prompt_tokens, entry.cached_tokens]
+            numbers += [entry.completion_tokens, entry.cost_micros]
+        prefix = f"{entry.key_id}\t{entry.model}\t" if entry else ""
+        args = (settlement.reservation_id, prefix, _joined(numbers))
+        return bool(await self._batch.call(self._settle, tuple(keys), args) == 1)
+
+    async def counters(self, tenant: str, counters: tuple[str, ...]) -> tuple[int, ...]:
+        base = self._base(tenant)
+        keys = (base + "leases", *(base + "c:" + counter for counter in counters))
+        reply = await self._batch.call(self._counters, keys, (base + "r:",))
+        return tuple(int(v) for v in reply)
+
+    async def open_reservations(self, tenant: str) -> int:
+        base = self._base(tenant)
+        return int(await self._batch.call(self._open, (base + "leases",), (base + "r:",)))
+
+    async def claim_idempotency(
+        self, tenant: str, key: str, fingerprint: str, lease_s: float
+    ) -> IdempotencyClaim:
+        reply = await self._batch.call(
+            self._claim, (self._base(tenant) + "i:" + key,), (fingerprint, max(1, round(lease_s * 1000)))
+        )
+        state = reply[0].decode()
+        if state == "done":
+            return IdempotencyClaim("done", StoredResponse(int(reply[1]), bytes(reply[2])))
+        return IdempotencyClaim(state)
+
+    async def complete_idempotency(
+        self, tenant: str, key: str, fingerprint: str, response: StoredResponse, ttl_s: float
+    ) -> None:
+        args = (fingerprint, response.status, response.body, max(1, round(ttl_s * 1000)))
+        await self._batch.call(self._complete, (self._base(tenant) + "i:" + key,), args)
+
+    async def release_idempotency(self, tenant: str, key: str) -> None:
+        await self._batch.call(self._release, (self._base(tenant) + "i:" + key,), ())
+
+    async def spend(self, tenants: tuple[str, ...], since: str, until: str) -> list[SpendRow]:
+        days = _days(since, until)
+        rows: list[SpendRow] = []
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for tenant in tenants:
+                for day in days:
+                    pipe.hgetall(self._base(tenant) + "l:" + day)
+            replies: list[dict[bytes, bytes]] = await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise unavailable(self._describe, exc) from exc
+        index = 0
+        for tenant in tenants:
+            for day in days:
+                rows.extend(_ledger_rows(tenant, day, replies[index]))
+                index += 1
+        return rows
+
+    async def ping(self) -> None:
+        try:
+            await self._client.ping()
+        except (RedisError, OSError) as exc:
+            raise unavailable(self._describe, exc) from exc
+
+    async def aclose(self) -> None:
+        await self._batch.aclose()
+        await self._client.aclose()
+
+
+def _joined(numbers: list[int]) -> str:
+    return " ".join(map(str, numbers))
+
+
+def _days(since: str, until: str) -> list[str]:
+    first, last = date.fromisoformat(since), date.fromisoformat(until)
+    return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+
+
+def _ledger_rows(tenant: str, day: str, fields: dict[bytes, bytes]) -> list[SpendRow]:
+    grouped: dict[tuple[str, str], dict[str, int]] = {}
+    for field, value in fields.items():
+        key_id, model, name = field.decode().split("\t")
+        grouped.setdefault((key_id, model), {})[name] = int(value)
+    return [
+        SpendRow(tenant, day, key_id, model, *(values.get(name, 0) for name in _LEDGER_FIELDS))
+        for (key_id, model), values in sorted(grouped.items())
+    ]

@@ -1,0 +1,75 @@
+"""GET /admin/spend: the spend ledger for operators, behind credentials of their own
+(`admin.tokens` in the config: SHA-256 hashes, as for API keys; a tenant's key never works).
+
+Query: `tenant` (repeatable; default every tenant), `since` and `until` (YYYY-MM-DD, UTC;
+default the current month up to today).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Callable, Sequence
+from datetime import date, datetime
+from urllib.parse import parse_qs
+
+import orjson
+
+from gateway.errors import AuthenticationFailed, InvalidRequest
+from gateway.keys import HASH_PREFIX
+from gateway.metering.plan import utc_now
+from gateway.metering.report import default_range, parse_day, spend_document
+from gateway.ports import StateStore
+
+_MAX_DAYS = 366
+
+
+class SpendAdmin:
+    def __init__(
+        self,
+        store: StateStore,
+        token_hashes: Sequence[str],
+        tenants: Sequence[str],
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self._store = store
+        self._digests = [bytes.fromhex(h.removeprefix(HASH_PREFIX)) for h in token_hashes]
+        self._tenants = tuple(tenants)
+        self._clock = clock
+
+    def authorize(self, authorization: str | None) -> None:
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthenticationFailed(
+                "Missing operator credentials: send 'Authorization: Bearer <admin token>'.",
+                code="missing_admin_token",
+            )
+        digest = hashlib.sha256(token.strip().encode()).digest()
+        # Compare against every hash, so the time taken says nothing about which matched.
+        if not sum(hmac.compare_digest(digest, known) for known in self._digests):
+            raise AuthenticationFailed("Incorrect operator credentials.", code="invalid_admin_token")
+
+    async def spend(self, authorization: str | None, query: str) -> bytes:
+        self.authorize(authorization)
+        params = parse_qs(query, keep_blank_values=True)
+        unknown = sorted(set(params) - {"tenant", "since", "until"})
+        if unknown:
+            raise InvalidRequest(f"Unknown query parameter {unknown[0]!r}.", param=unknown[0])
+        tenants = tuple(params.get("tenant", ())) or self._tenants
+        for tenant in tenants:
+            if tenant not in self._tenants:
+                raise InvalidRequest(f"Unknown tenant {tenant!r}.", param="tenant", code="unknown_tenant")
+        since, until = default_range(self._clock().date())
+        try:
+            since = parse_day(params["since"][-1], "since") if "since" in params else since
+            until = parse_day(params["until"][-1], "until") if "until" in params else until
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), code="invalid_value") from None
+        if since > until:
+            raise InvalidRequest("since must not be after until.", param="since", code="invalid_value")
+        if (date.fromisoformat(until) - date.fromisoformat(since)).days >= _MAX_DAYS:
+            raise InvalidRequest(
+                f"Ask for at most {_MAX_DAYS} days at a time.", param="since", code="invalid_value"
+            )
+        rows = await self._store.spend(tenants, since, until)
+        return orjson.dumps(spend_document(rows, since, until))

@@ -1,0 +1,256 @@
+"""meter: idempotency, rate limits and the budget reservation, before the upstream is called.
+
+The reservation is an upper bound of the request's cost: the input estimate
+(`estimate.py`) at the worst input price among the candidates it may be routed to, plus
+the output bound (max_tokens times choices) at their worst output price. When a hard budget
+cannot cover the requested max_tokens, max_tokens is lowered to what it covers (and the
+`x-tollgate-max-tokens-clamped` header says so); below `metering.min_max_tokens` the
+request is refused. The bound is written into the body sent upstream, so it is real.
+
+Rate limits and budgets are taken in one atomic store call: all of them, or none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import date, datetime
+
+from gateway.config import MeteringConfig, StateConfig
+from gateway.errors import IdempotencyConflict, InvalidRequest, QuotaExceeded, StateStoreUnavailable
+from gateway.exchange import Candidate, Endpoint, Exchange
+from gateway.metering import estimate, refusals
+from gateway.metering.bands import BudgetBands
+from gateway.metering.plan import MeterPlan, MeterPlans, Periods, utc_now
+from gateway.metering.prices import PER_MILLION, Price, PriceBook
+from gateway.metering.records import BudgetCharge, RateCharge, ReserveOutcome, ReserveRequest
+from gateway.metering.ticket import IdempotencyHold, MeterTicket
+from gateway.ports import StateStore
+
+logger = logging.getLogger("tollgate.metering")
+
+IDEMPOTENCY_HEADER = "idempotency-key"
+REPLAYED_HEADER = "idempotent-replayed"
+CLAMPED_HEADER = "x-tollgate-max-tokens-clamped"
+_MAX_KEY_LENGTH = 255
+_ATTEMPTS = 4  # reserve tries when other requests keep taking what a clamped one would fit
+_UNBOUNDED = 2**62
+
+
+class Meter:
+    name = "meter"
+
+    def __init__(
+        self,
+        store: StateStore,
+        plans: MeterPlans,
+        prices: PriceBook,
+        routes: Mapping[str, Sequence[Candidate]],
+        metering: MeteringConfig,
+        state: StateConfig,
+        bands: BudgetBands | None = None,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self._store = store
+        self._plans = plans
+        self._prices = prices
+        self._routes = {alias: tuple(c) for alias, c in routes.items()}
+        self._metering = metering
+        self._lease_grace_s = state.lease_s
+        self._fail_open = frozenset(state.fail_open_tenants)
+        self._bands = bands
+        self._clock = clock
+        self._cached_periods: tuple[date, Periods] | None = None
+
+    async def __call__(self, exchange: Exchange) -> None:
+        principal = exchange.principal
+        if principal is None:
+            raise RuntimeError("meter runs after admit: the request has no principal")
+        plan = self._plans.for_principal(principal)
+        ticket = MeterTicket(uuid.uuid4().hex, plan, self._periods())
+        exchange.meter = ticket
+        key = exchange.headers.get(IDEMPOTENCY_HEADER)
+        try:
+            if key is not None and not exchange.stream and await self._replayed(exchange, ticket, key):
+                return
+            # An alias the caller may not use is refused by route, uncharged.
+            if (
+                plan.metered
+                and exchange.model_alias in self._routes
+                and principal.tenant.may_use(exchange.model_alias)
+            ):
+                await self._reserve(exchange, ticket, plan)
+        except StateStoreUnavailable:
+            if principal.tenant.name not in self._fail_open:
+                raise
+            logger.warning(
+                "state store unavailable: request let through unmetered (tenant fails open)",
+                extra={"request_id": exchange.request_id, "tenant": principal.tenant.name},
+            )
+
+    def _periods(self) -> Periods:
+        at = self._clock()
+        cached = self._cached_periods
+        if cached is None or cached[0] != at.date():
+            cached = self._cached_periods = (at.date(), Periods.of(at))
+        return cached[1]
+
+    def _lease_s(self, exchange: Exchange) -> float:
+        return max(0.0, exchange.deadline - time.monotonic()) + self._lease_grace_s
+
+    async def _replayed(self, exchange: Exchange, ticket: MeterTicket, key: str) -> bool:
+        if not 0 < len(key) <= _MAX_KEY_LENGTH or not key.isascii() or not key.isprintable():
+            raise InvalidRequest(
+                f"Invalid Idempotency-Key header: use 1 to {_MAX_KEY_LENGTH} printable ASCII characters.",
+                code="invalid_idempotency_key",
+            )
+        tenant = ticket_tenant(exchange)
+        hold = IdempotencyHold(
+            hashlib.sha256(key.encode()).hexdigest(),
+            hashlib.sha256(exchange.endpoint.value.encode() + b"\0" + exchange.raw_body).hexdigest(),
+        )
+        claim = await self._store.claim_idempotency(
+            tenant, hold.key, hold.fingerprint, self._lease_s(exchange)
+        )
+        if claim.state == "in_flight":
+            raise IdempotencyConflict(
+                "A request with this Idempotency-Key is still in progress; retry once it has completed."
+            )
+        if claim.state == "mismatch":
+            raise InvalidRequest(
+                "This Idempotency-Key was already used for a different request; "
+                "use a new key for a new request.",
+                code="idempotency_key_reused",
+            )
+        if claim.state == "done" and claim.response is not None:
+            exchange.replay_body = claim.response.body
+            exchange.response_headers[REPLAYED_HEADER] = "true"
+            ticket.replayed = True
+            return True
+        ticket.idempotency = hold
+        return False
+
+    async def _reserve(self, exchange: Exchange, ticket: MeterTicket, plan: MeterPlan) -> None:
+        tenant = ticket_tenant(exchange)
+        chat = exchange.endpoint is Endpoint.CHAT
+        # Tokens matter (budgets or a tokens limit): the output must be bounded and reserved.
+        bounded = bool(plan.budgets) or any(r.unit == "tokens" for r in plan.rates)
+        input_tokens = estimate.input_tokens_bound(exchange) if bounded else 0
+        choices = _choices(exchange) if chat else 1
+        asked = estimate.requested_output(exchange.body) if chat else None
+        cap = self._output_cap(asked, exchange) if chat and bounded else 0
+        price = self._prices.worst(c.model for c in self._candidates(exchange))
+        per_choice = cap
+        outcome: ReserveOutcome | None = None
+        for _ in range(_ATTEMPTS):
+            request = self._request(ticket, tenant, plan, input_tokens, per_choice * choices, price, exchange)
+            outcome = await self._store.reserve(request)
+            if outcome.admitted:
+                break
+            headers = refusals.rate_headers(plan.rates, outcome.rates)
+            if any(state.retry_after_s > 0 for state in outcome.rates):
+                exchange.response_headers.update(headers)
+                raise refusals.rate_limited(tenant, plan.rates, outcome.rates, headers)
+            fits = self._fitting_output(plan, outcome.used, input_tokens, price) // choices
+            if fits < min(self._metering.min_max_tokens, cap):  # cap is 0 for embeddings: the input must fit
+                exchange.response_headers.update(headers)
+                raise self._quota_exceeded(tenant, plan, outcome.used, request)
+            per_choice = min(per_choice, fits)
+        else:
+            raise self._quota_exceeded(tenant, plan, outcome.used if outcome else (), request)
+        ticket.budgets, ticket.rates, ticket.reserved = request.budgets, request.rates, True
+        ticket.input_tokens, ticket.output_tokens = input_tokens, per_choice * choices
+        exchange.response_headers.update(refusals.rate_headers(plan.rates, outcome.rates))
+        if self._bands is not None and exchange.principal is not None:
+            self._bands.observe(exchange.principal, plan.budgets, outcome.used)
+        if chat and bounded:
+            estimate.bound_output(exchange.body, per_choice)
+            if per_choice < cap or (asked is not None and per_choice < asked):
+                exchange.response_headers[CLAMPED_HEADER] = str(per_choice)
+
+    def _output_cap(self, asked: int | None, exchange: Exchange) -> int:
+        limit = exchange.decision.limits.max_tokens if exchange.decision is not None else None
+        if asked is None:
+            return limit if limit is not None else self._metering.default_max_tokens
+        return asked if limit is None else min(asked, limit)
+
+    def _candidates(self, exchange: Exchange) -> Sequence[Candidate]:
+        if exchange.candidates:  # route ran first
+            return exchange.candidates
+        candidates = self._routes.get(exchange.model_alias, ())
+        decision = exchange.decision
+        allowed = decision.route.upstreams if decision is not None else None
+        return [c for c in candidates if allowed is None or c.upstream in allowed]
+
+    def _request(
+        self,
+        ticket: MeterTicket,
+        tenant: str,
+        plan: MeterPlan,
+        input_tokens: int,
+        output_tokens: int,
+        price: Price | None,
+        exchange: Exchange,
+    ) -> ReserveRequest:
+        periods = ticket.periods
+        budgets = tuple(
+            BudgetCharge(
+                b.counter(periods),
+                (price.cost_micros(input_tokens, 0, output_tokens) if price else 0)
+                if b.unit == "usd"
+                else input_tokens + output_tokens,
+                b.limit,
+                b.hard,
+                b.expires_at(periods),
+            )
+            for b in plan.budgets
+        )
+        rates = []
+        for limit in plan.rates:
+            cost = 1 if limit.unit == "requests" else input_tokens + output_tokens
+            if cost > limit.per_minute:
+                raise refusals.too_large_for_rate(tenant, limit, cost)
+            rates.append(RateCharge(limit.counter, cost, limit.per_minute))
+        return ReserveRequest(tenant, ticket.reservation_id, budgets, tuple(rates), self._lease_s(exchange))
+
+    def _fitting_output(
+        self, plan: MeterPlan, used: Sequence[int], input_tokens: int, price: Price | None
+    ) -> int:
+        """The most output tokens (all choices together) every hard budget still covers;
+        negative when even the input does not fit."""
+        fits: int | None = None
+        for budget, spent in zip(plan.budgets, used, strict=True):
+            if not budget.hard:
+                continue
+            room = budget.limit - spent
+            if budget.unit == "tok":
+                n = room - input_tokens
+            else:
+                left = room * PER_MILLION - (input_tokens * price.input if price else 0)
+                n = -1 if left < 0 else (left // price.output if price and price.output else _UNBOUNDED)
+            fits = n if fits is None else min(fits, n)
+        return fits if fits is not None else _UNBOUNDED
+
+    def _quota_exceeded(
+        self, tenant: str, plan: MeterPlan, used: Sequence[int], request: ReserveRequest
+    ) -> QuotaExceeded:
+        for budget, spent, charge in zip(plan.budgets, used, request.budgets, strict=False):
+            if budget.hard and spent + charge.amount > budget.limit:
+                return refusals.quota_exceeded(tenant, budget, spent, charge.amount)
+        hard = next((b for b in plan.budgets if b.hard), None)
+        if hard is None:
+            return QuotaExceeded("You exceeded your current quota.")
+        return refusals.quota_exceeded(tenant, hard, 0, 0)
+
+
+def ticket_tenant(exchange: Exchange) -> str:
+    assert exchange.principal is not None  # checked by the stage before anything else
+    return exchange.principal.tenant.name
+
+
+def _choices(exchange: Exchange) -> int:
+    n = exchange.body.get("n")
+    return n if isinstance(n, int) and n > 0 else 1

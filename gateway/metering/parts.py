@@ -1,0 +1,61 @@
+"""Metering's parts, built from config around one state store, for the composition root.
+
+Metering is on when the config has a `state` block, or when any tenant or key has budgets
+or rate limits (then on the embedded SQLite store). With it on, every request's spend goes
+to the ledger, metered or not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.config import GatewayConfig, StateConfig
+from gateway.exchange import Candidate
+from gateway.metering.admin import SpendAdmin
+from gateway.metering.bands import BudgetBands
+from gateway.metering.meter import Meter
+from gateway.metering.plan import MeterPlans
+from gateway.metering.prices import PriceBook
+from gateway.metering.produced import ProducedText
+from gateway.metering.settle import Settle
+from gateway.ports import StateStore
+
+
+def state_config(config: GatewayConfig) -> StateConfig | None:
+    """The store to use, or None when nothing is metered and no store is configured."""
+    if config.state is not None:
+        return config.state
+    return StateConfig() if MeterPlans(config).any_metered else None
+
+
+@dataclass(frozen=True, slots=True)
+class MeteringParts:
+    store: StateStore
+    meter: Meter  # the stage: after the request-side policy stages, before route
+    settle: Settle  # a finisher
+    produced: ProducedText  # a response guard, first of them
+    bands: BudgetBands  # `await bands.band(principal)` for the policy input's "budget"
+    admin: SpendAdmin | None  # GET /admin/spend, when `admin` is configured
+
+    async def aclose(self) -> None:
+        await self.settle.aclose()
+        await self.store.aclose()
+
+
+def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore) -> MeteringParts:
+    plans = MeterPlans(config)
+    prices = PriceBook.from_config(config.prices)
+    bands = BudgetBands(store, plans, config.metering.band_cache_s)
+    routes = {
+        alias: [Candidate(c.upstream, c.model) for c in candidates]
+        for alias, candidates in config.models.items()
+    }
+    admin = SpendAdmin(store, config.admin.tokens, list(config.tenants)) if config.admin is not None else None
+    return MeteringParts(
+        store=store,
+        meter=Meter(store, plans, prices, routes, config.metering, state, bands),
+        settle=Settle(store, prices, config.metering, state),
+        produced=ProducedText(),
+        bands=bands,
+        admin=admin,
+    )

@@ -1,0 +1,31 @@
+"""The meter stage's record of one request, which the settle finisher closes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.metering.plan import MeterPlan, Periods
+from gateway.metering.records import BudgetCharge, RateCharge
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyHold:
+    """An Idempotency-Key this request claimed: stored with its response, or released."""
+
+    key: str  # SHA-256 of the client's key, hex
+    fingerprint: str  # SHA-256 of the endpoint and request body, hex
+
+
+@dataclass(slots=True)
+class MeterTicket:
+    reservation_id: str
+    plan: MeterPlan
+    periods: Periods  # the day and month the request is metered in
+    budgets: tuple[BudgetCharge, ...] = ()  # what was reserved
+    rates: tuple[RateCharge, ...] = ()  # what was taken from the rate limits
+    reserved: bool = False  # a reservation is open in the store
+    input_tokens: int = 0  # the upper-bound estimate that was reserved
+    output_tokens: int = 0  # the output bound that was reserved (max tokens times choices)
+    idempotency: IdempotencyHold | None = None
+    replayed: bool = False  # answered from a stored response: nothing to settle
+    produced_chars: int = 0  # generated text seen in the response, for settling without usage

@@ -1,0 +1,56 @@
+"""admit: who is calling, is the body well-formed, which session is it."""
+
+from __future__ import annotations
+
+import hashlib
+
+from gateway.errors import AuthenticationFailed
+from gateway.exchange import Endpoint, Exchange, Principal
+from gateway.keys import KeyRing
+from gateway.validation import parse_json_object, validate
+
+_SESSION_HEADERS = ("x-session-affinity", "x-session-id")
+
+
+class Admit:
+    name = "admit"
+
+    def __init__(self, keyring: KeyRing) -> None:
+        self._keyring = keyring
+
+    async def __call__(self, exchange: Exchange) -> None:
+        principal = self.authenticate(exchange.headers.get("authorization"))
+        exchange.principal = principal
+        body = parse_json_object(exchange.raw_body)
+        validate(exchange.endpoint, body)
+        exchange.body = body
+        exchange.model_alias = body["model"]
+        if exchange.endpoint is Endpoint.CHAT:
+            exchange.stream = body.get("stream") is True
+            options = body.get("stream_options")
+            exchange.client_wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+        exchange.session_key = _session_key(exchange, principal)
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        if not authorization:
+            raise AuthenticationFailed(
+                "Missing API key: send it as 'Authorization: Bearer <key>'.", code="missing_api_key"
+            )
+        scheme, _, key = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise AuthenticationFailed("Malformed Authorization header: expected 'Bearer <key>'.")
+        principal = self._keyring.authenticate(key.strip())
+        if principal is None:
+            raise AuthenticationFailed("Incorrect API key provided.")
+        return principal
+
+
+def _session_key(exchange: Exchange, principal: Principal) -> str | None:
+    """The client's session id, scoped to its tenant and hashed, so that neither the raw value
+    nor another tenant's sessions can be named upstream."""
+    for name in _SESSION_HEADERS:
+        value = exchange.headers.get(name)
+        if value:
+            scoped = f"{principal.tenant.name}\x00{value}".encode()
+            return hashlib.sha256(scoped).hexdigest()[:32]
+    return None

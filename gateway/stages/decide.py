@@ -1,0 +1,199 @@
+"""decide: one policy decision per request, before any upstream is called.
+
+It builds the input document, takes the decision from the cache or the engine, records it
+in the decision log, and refuses the request on deny. Anything but a well-formed decision
+with allow == true is a deny; an engine that fails or does not answer in time refuses the
+request (503) rather than letting it through unchecked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import PermissionDenied, PolicyUnavailable, model_not_found
+from gateway.exchange import Endpoint, Exchange
+from gateway.policy.cache import DecisionCache
+from gateway.policy.decision import Decision, MalformedDecision, parse_decision
+from gateway.policy.input import PolicyInput, build_input
+from gateway.ports import AuditSink, EngineResult, PolicyEngine
+
+logger = logging.getLogger("tollgate.policy")
+
+RECORD_VERSION = 1
+_NO_DECISION = "the policy did not produce a decision"
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    decision: Decision
+    raw: Any  # the engine's answer, as recorded in the decision log
+    revision: str
+    decision_id: str | None
+    cached: bool
+
+
+@dataclass(slots=True)
+class DecideCounts:
+    """Running totals, read by tests and (later) the metrics exporter."""
+
+    decisions: int = 0
+    cache_hits: int = 0
+    denied: int = 0
+    malformed: int = 0  # answers that were not a decision, denied
+    unavailable: int = 0  # engine failures and timeouts, refused with 503
+
+
+class Decide:
+    name = "decide"
+
+    def __init__(
+        self,
+        engine: PolicyEngine,
+        upstreams: Mapping[str, Sequence[str]],
+        *,
+        cache: DecisionCache | None,
+        audit: AuditSink | None,
+        timeout_s: float,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        """`upstreams`: model alias -> names of the upstreams that serve it, preferred first."""
+        self._engine = engine
+        self._upstreams = {alias: tuple(names) for alias, names in upstreams.items()}
+        self._cache = cache
+        self._audit = audit
+        self._timeout_s = timeout_s
+        self._clock = clock
+        self.counts = DecideCounts()
+
+    async def __call__(self, exchange: Exchange) -> None:
+        alias = exchange.model_alias
+        upstreams = self._upstreams.get(alias)
+        tenant = exchange.tenant
+        if upstreams is None or tenant is None or not tenant.may_use(alias):
+            raise model_not_found(alias)
+        policy_input = build_input(exchange, upstreams)
+        started = self._clock()
+        outcome = self._from_cache(policy_input) or await self._from_engine(policy_input, exchange.request_id)
+        self.counts.decisions += 1
+        decision = outcome.decision
+        exchange.decision = decision
+        exchange.decision_id = outcome.decision_id or uuid.uuid4().hex
+        exchange.policy_revision = outcome.revision
+        if self._audit is not None:
+            latency_ms = round((self._clock() - started) * 1000, 3)
+            await self._audit.append(
+                _record(exchange, policy_input.document, outcome, latency_ms, self._engine.name)
+            )
+        if not decision.allow:
+            self.counts.denied += 1
+            reasons = "; ".join(decision.reasons) or "no reason given"
+            raise PermissionDenied(f"Denied by policy: {reasons}.", code="policy_denied")
+        _cap_max_tokens(exchange, decision)
+
+    def _from_cache(self, policy_input: PolicyInput) -> _Outcome | None:
+        engine, cache = self._engine, self._cache
+        if cache is None or not engine.cacheable:
+            return None
+        revision = engine.revision
+        hit = cache.get(revision, policy_input.cache_key)
+        if hit is None:
+            return None
+        self.counts.cache_hits += 1
+        return _Outcome(hit.decision, hit.raw, revision, None, cached=True)
+
+    async def _from_engine(self, policy_input: PolicyInput, request_id: str) -> _Outcome:
+        result = await self._evaluate(policy_input.document, request_id)
+        decision = self._parse(result, request_id)
+        engine, cache = self._engine, self._cache
+        # Only an answer from the revision now serving is kept: one from before a reload is not.
+        if (
+            cache is not None
+            and engine.cacheable
+            and result.error is None
+            and result.revision == engine.revision
+        ):
+            cache.put(result.revision, policy_input.cache_key, decision, result.value)
+        return _Outcome(decision, result.value, result.revision, result.decision_id, cached=False)
+
+    async def _evaluate(self, document: dict[str, Any], request_id: str) -> EngineResult:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                return await self._engine.evaluate(document)
+        except TimeoutError:
+            self.counts.unavailable += 1
+            logger.warning(
+                "policy engine timed out",
+                extra={"request_id": request_id, "engine": self._engine.name, "timeout_s": self._timeout_s},
+            )
+            raise PolicyUnavailable(
+                f"The policy engine did not answer within {self._timeout_s * 1000:.0f} ms; "
+                "the request was refused."
+            ) from None
+        except PolicyUnavailable:
+            self.counts.unavailable += 1
+            raise
+
+    def _parse(self, result: EngineResult, request_id: str) -> Decision:
+        why = result.error
+        if why is None and result.value is None:
+            why = "the decision is undefined"
+        if why is None:
+            try:
+                return parse_decision(result.value)
+            except MalformedDecision as exc:
+                why = str(exc)
+        self.counts.malformed += 1
+        logger.error(
+            "malformed policy decision, denied",
+            extra={
+                "request_id": request_id,
+                "revision": result.revision,
+                "engine": self._engine.name,
+                "why": why,
+            },
+        )
+        return Decision.deny(_NO_DECISION)
+
+
+def _record(
+    exchange: Exchange, document: dict[str, Any], outcome: _Outcome, latency_ms: float, engine: str
+) -> dict[str, Any]:
+    principal = exchange.principal
+    return {
+        "v": RECORD_VERSION,
+        "type": "decision",
+        "decision_id": exchange.decision_id,
+        "request_id": exchange.request_id,
+        "trace_id": exchange.trace.trace_id,
+        "tenant": principal.tenant.name if principal else None,
+        "key_id": principal.key_id if principal else None,
+        "policy_revision": outcome.revision,
+        "input": document,
+        "decision": outcome.raw,
+        "allow": outcome.decision.allow,
+        "latency_ms": latency_ms,
+        "cached": outcome.cached,
+        "engine": engine,
+    }
+
+
+def _cap_max_tokens(exchange: Exchange, decision: Decision) -> None:
+    """The decision's max_tokens bounds the request's: set when absent, lowered when larger."""
+    cap = decision.limits.max_tokens
+    if cap is None or exchange.endpoint is not Endpoint.CHAT:
+        return
+    body = exchange.body
+    capped = False
+    for name in ("max_tokens", "max_completion_tokens"):
+        asked = body.get(name)
+        if isinstance(asked, int):
+            body[name] = min(asked, cap)
+            capped = True
+    if not capped:
+        body["max_tokens"] = cap
