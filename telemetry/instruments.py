@@ -1,0 +1,193 @@
+"""The metrics the gateway exports: names, units, attributes and buckets, in one place.
+
+The two `gen_ai.client.*` histograms follow the GenAI semantic conventions v1.41.0 (one
+measurement per upstream attempt, the gateway being the client); the `tollgate.*` ones
+answer the operators' questions the conventions do not cover. Every label is bounded: see
+`labels.py` and docs/architecture.md ("Telemetry").
+"""
+
+from __future__ import annotations
+
+from telemetry import names as n
+from telemetry.registry import Counter, Histogram, Kind, MetricSpec, Registry
+
+# GenAI conventions' bucket advice (gen-ai-metrics.md).
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+# The gateway's own latencies start at a millisecond: its overhead and a cached first token live there.
+REQUEST_BUCKETS = (0.001, 0.0025, 0.005, *DURATION_BUCKETS)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+)
+TURN_TOKEN_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 1048576)
+
+_CLIENT = (
+    n.GEN_AI_OPERATION_NAME,
+    n.GEN_AI_PROVIDER_NAME,
+    n.GEN_AI_REQUEST_MODEL,
+    n.SERVER_ADDRESS,
+    n.UPSTREAM,
+)
+
+CLIENT_DURATION = MetricSpec(
+    "gen_ai.client.operation.duration",
+    Kind.HISTOGRAM,
+    "s",
+    "GenAI operation duration: one upstream attempt, to its last byte.",
+    (*_CLIENT, n.ERROR_TYPE),
+    DURATION_BUCKETS,
+)
+CLIENT_TOKEN_USAGE = MetricSpec(
+    "gen_ai.client.token.usage",
+    Kind.HISTOGRAM,
+    "{token}",
+    "Input and output tokens of each answered upstream call, as the upstream reported them.",
+    (*_CLIENT, n.GEN_AI_TOKEN_TYPE),
+    TOKEN_BUCKETS,
+)
+CLIENT_TIME_TO_FIRST_CHUNK = MetricSpec(
+    "gen_ai.client.operation.time_to_first_chunk",
+    Kind.HISTOGRAM,
+    "s",
+    "Time from sending a streamed upstream request to its first chunk.",
+    _CLIENT,
+    DURATION_BUCKETS,
+)
+REQUEST_DURATION = MetricSpec(
+    "tollgate.request.duration",
+    Kind.HISTOGRAM,
+    "s",
+    "Model requests through the gateway, from receipt to the last byte; error.type is empty on success.",
+    (n.WORKFLOW, n.MODEL_ALIAS, n.GEN_AI_OPERATION_NAME, n.ERROR_TYPE),
+    REQUEST_BUCKETS,
+)
+TIME_TO_FIRST_TOKEN = MetricSpec(
+    "tollgate.time_to_first_token",
+    Kind.HISTOGRAM,
+    "s",
+    "Successful model requests, from receipt to the first byte of the answer sent to the client.",
+    (n.WORKFLOW, n.MODEL_ALIAS, n.GEN_AI_REQUEST_STREAM),
+    TTFT_BUCKETS,
+)
+TOKENS = MetricSpec(
+    "tollgate.tokens",
+    Kind.COUNTER,
+    "{token}",
+    "Tokens by tenant and model alias: input (cached included), cache_read, output.",
+    (n.TENANT, n.MODEL_ALIAS, n.GEN_AI_TOKEN_TYPE),
+)
+PROMPT_CACHE_TOKENS = MetricSpec(
+    "tollgate.prompt_cache.tokens",
+    Kind.COUNTER,
+    "{token}",
+    "Input tokens by upstream and prompt family: input (all) and cache_read (served from a prefix cache).",
+    (n.UPSTREAM, n.PROMPT_FAMILY, n.GEN_AI_TOKEN_TYPE),
+)
+ATTEMPTS = MetricSpec(
+    "tollgate.upstream.attempts",
+    Kind.COUNTER,
+    "{attempt}",
+    "Upstream attempts: first, retry (same upstream again) or fallback (the next candidate), by outcome.",
+    (n.UPSTREAM, n.ATTEMPT_KIND, "tollgate.outcome"),
+)
+SESSION_TURN_TOKENS = MetricSpec(
+    "tollgate.session.input_tokens",
+    Kind.HISTOGRAM,
+    "{token}",
+    "Input tokens of each chat request by conversation turn: how a session's context grows.",
+    (n.MODEL_ALIAS, "tollgate.turn"),
+    TURN_TOKEN_BUCKETS,
+)
+SPEND = MetricSpec(
+    "tollgate.spend.usd",
+    Kind.COUNTER,
+    "{USD}",
+    "Spend in dollars at the configured prices, by tenant and model alias.",
+    (n.TENANT, n.MODEL_ALIAS),
+)
+BUDGET_LIMIT = MetricSpec(
+    "tollgate.budget.limit",
+    Kind.GAUGE,
+    "",
+    "Each configured tenant budget: dollars (unit=usd) or tokens (unit=tokens).",
+    (n.TENANT, "tollgate.budget.window", "tollgate.budget.unit", "tollgate.budget.kind"),
+)
+BUDGET_USED = MetricSpec(
+    "tollgate.budget.used",
+    Kind.GAUGE,
+    "",
+    "Spent plus reserved in the current window of each tenant budget, from the state store.",
+    BUDGET_LIMIT.labels,
+)
+DECISIONS = MetricSpec(
+    "tollgate.policy.decisions",
+    Kind.COUNTER,
+    "{decision}",
+    "Policy decisions by outcome: allow, deny, or unavailable (the engine did not answer).",
+    (n.TENANT, "tollgate.outcome"),
+)
+TOOL_CALLS_BLOCKED = MetricSpec(
+    "tollgate.tool_calls.blocked",
+    Kind.COUNTER,
+    "{call}",
+    "Tool calls the policy blocked: emitted by the model (response) or refused in the request (request).",
+    (n.TENANT, "tollgate.side"),
+)
+REDACTIONS = MetricSpec(
+    "tollgate.redactions",
+    Kind.COUNTER,
+    "{entity}",
+    "Sensitive-data entities found in requests, by entity type.",
+    (n.TENANT, "tollgate.entity"),
+)
+CIRCUIT_STATE = MetricSpec(
+    "tollgate.upstream.circuit_state",
+    Kind.GAUGE,
+    "{state}",
+    "Circuit of each upstream replica: 0 closed, 1 half-open, 2 open (the worst any worker sees).",
+    (n.UPSTREAM, n.REPLICA),
+)
+TELEMETRY_DROPPED = MetricSpec(
+    "tollgate.telemetry.dropped",
+    Kind.COUNTER,
+    "{item}",
+    "Telemetry the gateway dropped rather than slow requests down: spans (queue full or export failed), "
+    "metric exports that failed, and decision-log records.",
+    ("tollgate.signal",),
+)
+
+
+class Instruments:
+    """The recording side of every request-driven metric, created in one registry."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.client_duration: Histogram = registry.histogram(CLIENT_DURATION)
+        self.client_token_usage: Histogram = registry.histogram(CLIENT_TOKEN_USAGE)
+        self.client_time_to_first_chunk: Histogram = registry.histogram(CLIENT_TIME_TO_FIRST_CHUNK)
+        self.request_duration: Histogram = registry.histogram(REQUEST_DURATION)
+        self.time_to_first_token: Histogram = registry.histogram(TIME_TO_FIRST_TOKEN)
+        self.tokens: Counter = registry.counter(TOKENS)
+        self.prompt_cache_tokens: Counter = registry.counter(PROMPT_CACHE_TOKENS)
+        self.attempts: Counter = registry.counter(ATTEMPTS)
+        self.session_turn_tokens: Histogram = registry.histogram(SESSION_TURN_TOKENS)
+        self.spend: Counter = registry.counter(SPEND)
+        self.decisions: Counter = registry.counter(DECISIONS)
+        self.tool_calls_blocked: Counter = registry.counter(TOOL_CALLS_BLOCKED)
+        self.redactions: Counter = registry.counter(REDACTIONS)

@@ -1,0 +1,143 @@
+"""The metrics finisher: every request-driven metric, recorded once from the finished Exchange.
+
+One pass over what the stages, the forwarder and the guards wrote on the exchange; each
+measurement is a dict look-up and an addition (`registry.py`), so a request costs a few
+microseconds here whatever happened to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from gateway.exchange import Attempt, Endpoint, Exchange
+from gateway.metering.prices import PriceBook
+from gateway.ports import Upstream
+from telemetry.instruments import Instruments
+from telemetry.labels import WorkflowLabels, prompt_family, turn_bucket
+
+SUCCESS = "success"
+_CANCELLED = "cancelled"  # an attempt abandoned before it ended (the client left, the deadline passed)
+
+
+class MetricsRecorder:
+    name = "metrics"
+
+    def __init__(
+        self,
+        instruments: Instruments,
+        workflows: WorkflowLabels,
+        upstreams: Mapping[str, Upstream],
+        prices: PriceBook,
+        family_buckets: int,
+    ) -> None:
+        self._m = instruments
+        self._workflows = workflows
+        self._prices = prices
+        self._family_buckets = family_buckets
+        # upstream name -> (provider, host); the host is the first replica's (all serve one model)
+        self._upstreams = {
+            name: (u.provider, urlsplit(u.replicas[0]).hostname or u.address) for name, u in upstreams.items()
+        }
+
+    async def finish(self, exchange: Exchange) -> None:
+        self.record(exchange)
+
+    def record(self, exchange: Exchange) -> None:
+        m = self._m
+        operation = exchange.endpoint.operation
+        alias = exchange.model_alias
+        workflow = self._workflows.of(exchange)
+        trace = exchange.trace
+        exemplar = trace.trace_id if trace.sampled else None
+        completed = exchange.completed_at if exchange.completed_at is not None else exchange.received_at
+        m.request_duration.observe(
+            (workflow, alias, operation, exchange.error_code or ""),
+            completed - exchange.received_at,
+            exemplar,
+        )
+        if exchange.status == 200 and exchange.first_byte_at is not None:
+            m.time_to_first_token.observe(
+                (workflow, alias, "true" if exchange.stream else "false"),
+                exchange.first_byte_at - exchange.received_at,
+                exemplar,
+            )
+        served = self._attempts(exchange, operation, completed)
+        principal = exchange.principal
+        tenant = principal.tenant.name if principal is not None else ""
+        if served is not None and exchange.usage.reported:
+            self._usage(exchange, served, tenant, operation)
+        self._governance(exchange, tenant)
+
+    def _attempts(self, exchange: Exchange, operation: str, completed: float) -> Attempt | None:
+        """Records each attempt; returns the one that answered, if any."""
+        m = self._m
+        served: Attempt | None = None
+        previous: Attempt | None = None
+        for attempt in exchange.attempts:
+            provider, host = self._upstreams.get(attempt.upstream, ("", ""))
+            client = (operation, provider, attempt.model, host, attempt.upstream)
+            if previous is None:
+                kind = "first"
+            else:
+                kind = "retry" if previous.upstream == attempt.upstream else "fallback"
+            previous = attempt
+            if attempt.ended_at is None:
+                outcome = _CANCELLED
+                ended = completed
+            elif attempt.error is None:
+                outcome = SUCCESS
+                served = attempt
+                ended = attempt.ended_at
+            else:
+                outcome = attempt.error
+                ended = attempt.ended_at
+            m.attempts.add((attempt.upstream, kind, outcome))
+            if attempt is served:
+                if exchange.stream:
+                    # A stream's attempt succeeds at its first chunk; the operation lasts to the last.
+                    m.client_time_to_first_chunk.observe(client, ended - attempt.started_at)
+                    ended = completed
+                m.client_duration.observe((*client, ""), ended - attempt.started_at)
+            else:
+                m.client_duration.observe((*client, outcome), ended - attempt.started_at)
+        return served
+
+    def _usage(self, exchange: Exchange, served: Attempt, tenant: str, operation: str) -> None:
+        m = self._m
+        usage = exchange.usage
+        alias = exchange.model_alias
+        provider, host = self._upstreams.get(served.upstream, ("", ""))
+        client = (operation, provider, served.model, host, served.upstream)
+        m.client_token_usage.observe((*client, "input"), usage.prompt_tokens)
+        m.tokens.add((tenant, alias, "input"), usage.prompt_tokens)
+        if exchange.endpoint is Endpoint.CHAT:
+            m.client_token_usage.observe((*client, "output"), usage.completion_tokens)
+            m.tokens.add((tenant, alias, "output"), usage.completion_tokens)
+            m.tokens.add((tenant, alias, "cache_read"), usage.cached_tokens)
+            family = prompt_family(exchange.session_key, self._family_buckets)
+            m.prompt_cache_tokens.add((served.upstream, family, "input"), usage.prompt_tokens)
+            m.prompt_cache_tokens.add((served.upstream, family, "cache_read"), usage.cached_tokens)
+            turn = turn_bucket(exchange.body)
+            if turn is not None:
+                m.session_turn_tokens.observe((alias, turn), usage.prompt_tokens)
+        price = self._prices.get(served.model)
+        if price is not None:
+            cost = price.cost_micros(usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
+            m.spend.add((tenant, alias), cost / 1_000_000)
+
+    def _governance(self, exchange: Exchange, tenant: str) -> None:
+        m = self._m
+        decision = exchange.decision
+        if decision is not None:
+            m.decisions.add((tenant, "allow" if decision.allow else "deny"))
+        elif exchange.error_code == "policy_unavailable":
+            m.decisions.add((tenant, "unavailable"))
+        if exchange.tool_calls_blocked:
+            m.tool_calls_blocked.add((tenant, "response"), exchange.tool_calls_blocked)
+        if exchange.error_code == "tool_not_allowed":
+            m.tool_calls_blocked.add((tenant, "request"))
+        redaction = exchange.redaction
+        if redaction is not None and redaction.found:
+            for entity, count in redaction.found.items():
+                m.redactions.add((tenant, entity), count)

@@ -1,0 +1,272 @@
+"""The tracing port (gateway/tracing.py): spans recorded as plain values during the request,
+encoded (`otlp_wire`) and handed to the span queue when it ends.
+
+Head sampling, decided once per request in `begin`: a client's traceparent decides for its own
+request (parent-based), any other request is sampled with `traces.sampling_ratio`. A request
+that is not sampled gets an `UnsampledTrace`: two random ids and a format string; it still
+passes a traceparent (flag 00) upstream and its ids to the logs. A sampled request's spans:
+
+    POST /v1/chat/completions   SERVER    the request, from receipt to the last finisher
+      admit, decide, ...        INTERNAL  one per stage (`traces.stage_spans`)
+      chat {upstream model}     CLIENT    one per upstream attempt, GenAI attributes
+
+Why not the SDK's Tracer: see `otlp_wire`. Times come from the Exchange's monotonic clock
+readings, converted once per request, so an attempt's span ends exactly where the forwarder
+says it did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+from gateway.errors import GatewayError
+from gateway.exchange import Attempt, Exchange
+from gateway.ports import Upstream
+from gateway.tracing import RequestTrace
+from telemetry import names as n
+from telemetry import otlp_wire, traceparent
+from telemetry.labels import WorkflowLabels
+from telemetry.span_attributes import attempt_attributes, served_attributes, server_end_attributes
+from telemetry.span_queue import SpanQueue
+
+logger = logging.getLogger("tollgate.telemetry")
+
+_ROUTES = {"chat.completions": "/v1/chat/completions", "embeddings": "/v1/embeddings"}
+
+
+class SpanRecorder:
+    """The `Tracer` port: decides sampling and builds each sampled request's spans."""
+
+    def __init__(
+        self,
+        queue: SpanQueue,
+        *,
+        sampling_ratio: float,
+        stage_spans: bool,
+        workflows: WorkflowLabels,
+        scrub: Callable[[str], str],
+    ) -> None:
+        self._queue = queue
+        self._ratio = sampling_ratio
+        self.stage_spans = stage_spans
+        self.workflows = workflows
+        self.scrub = scrub  # for attribute values an upstream chose (response model, finish reasons)
+        self._servers: dict[str, tuple[str, int]] = {}  # replica URL -> (host, port)
+
+    def begin(self, exchange: Exchange) -> RequestTrace:
+        headers = exchange.headers
+        parent = traceparent.parse(headers.get("traceparent"), headers.get("tracestate"))
+        sampled = parent.sampled if parent is not None else random.random() < self._ratio
+        trace_id = parent.trace_id if parent is not None else random.getrandbits(128)
+        if not sampled:
+            return UnsampledTrace(trace_id, random.getrandbits(64), parent.tracestate if parent else None)
+        return SampledTrace(self, exchange, trace_id, parent)
+
+    def emit(self, spans: bytes, count: int) -> None:
+        self._queue.put(spans, count)
+
+    def server_of(self, upstream: Upstream, replica: int) -> tuple[str, int]:
+        url = upstream.replicas[replica] if replica < len(upstream.replicas) else upstream.replicas[0]
+        found = self._servers.get(url)
+        if found is None:
+            parts = urlsplit(url)
+            default = 443 if parts.scheme == "https" else 80
+            found = self._servers[url] = (parts.hostname or "", parts.port or default)
+        return found
+
+
+class UnsampledTrace:
+    __slots__ = ("_headers", "_span", "_trace", "_tracestate")
+
+    sampled = False
+
+    def __init__(self, trace_id: int, span_id: int, tracestate: str | None) -> None:
+        self._trace = trace_id
+        self._span = span_id
+        self._tracestate = tracestate
+        self._headers: dict[str, str] | None = None
+
+    @property
+    def trace_id(self) -> str:
+        return f"{self._trace:032x}"
+
+    @property
+    def span_id(self) -> str:
+        return f"{self._span:016x}"
+
+    def stage(self, name: str) -> contextlib.AbstractContextManager[None]:
+        return _NO_SPAN
+
+    def upstream_headers(self, attempt: Attempt, upstream: Upstream) -> Mapping[str, str]:
+        if self._headers is None:
+            self._headers = traceparent.headers(self._trace, self._span, False, self._tracestate)
+        return self._headers
+
+    def end(self, exchange: Exchange) -> None:
+        return None
+
+
+# A stage as it ran: name, start and end (time.monotonic()), error type if it raised.
+_Stage = tuple[str, float, float, str | None]
+
+
+class SampledTrace:
+    sampled = True
+
+    def __init__(
+        self, recorder: SpanRecorder, exchange: Exchange, trace_id: int, parent: traceparent.Parent | None
+    ) -> None:
+        self._recorder = recorder
+        self._exchange = exchange
+        self._trace = trace_id
+        self._span = random.getrandbits(64)
+        self._parent = parent
+        self._tracestate = parent.tracestate if parent is not None else None
+        # time.monotonic() readings -> Unix nanoseconds, for this request
+        self._offset_ns = time.time_ns() - time.monotonic_ns()
+        self._stages: list[_Stage] = []
+        self._attempts: list[tuple[Attempt, int, dict[str, Any]]] = []
+
+    @property
+    def trace_id(self) -> str:
+        return f"{self._trace:032x}"
+
+    @property
+    def span_id(self) -> str:
+        return f"{self._span:016x}"
+
+    def stage(self, name: str) -> contextlib.AbstractContextManager[None]:
+        return _StageTimer(self._stages, name) if self._recorder.stage_spans else _NO_SPAN
+
+    def upstream_headers(self, attempt: Attempt, upstream: Upstream) -> Mapping[str, str]:
+        host, port = self._recorder.server_of(upstream, attempt.replica)
+        index = len(self._attempts)
+        span_id = random.getrandbits(64)
+        attributes = attempt_attributes(self._exchange, attempt, upstream.provider, host, port, index)
+        self._attempts.append((attempt, span_id, attributes))
+        return traceparent.headers(self._trace, span_id, True, self._tracestate)
+
+    def end(self, exchange: Exchange) -> None:
+        try:
+            self._emit(exchange)
+        except Exception:  # a telemetry fault must not become the request's
+            logger.exception("spans not recorded", extra={"request_id": exchange.request_id})
+
+    def _emit(self, exchange: Exchange) -> None:
+        recorder = self._recorder
+        completed = exchange.completed_at if exchange.completed_at is not None else time.monotonic()
+        request_id: dict[str, Any] = {n.REQUEST_ID: exchange.request_id}
+        spans = []
+        for name, started, ended, error in self._stages:
+            tags = request_id if error is None else {**request_id, n.ERROR_TYPE: error}
+            spans.append(
+                self._child(random.getrandbits(64), name, otlp_wire.INTERNAL, started, ended, tags, error)
+            )
+        for attempt, span_id, attributes in self._attempts:
+            error = None
+            if attempt.ended_at is not None and attempt.error is None:
+                attributes.update(served_attributes(exchange, attempt, recorder.scrub))
+                ended = completed if exchange.stream else attempt.ended_at
+            else:
+                error = attempt.error or "cancelled"
+                attributes[n.ERROR_TYPE] = error
+                if attempt.status:
+                    attributes[n.HTTP_RESPONSE_STATUS_CODE] = attempt.status
+                ended = attempt.ended_at if attempt.ended_at is not None else completed
+            name = f"{exchange.endpoint.operation} {attempt.model}"
+            spans.append(
+                self._child(span_id, name, otlp_wire.CLIENT, attempt.started_at, ended, attributes, error)
+            )
+        route = _ROUTES.get(exchange.endpoint.value, "")
+        server: dict[str, Any] = {
+            n.HTTP_REQUEST_METHOD: "POST",
+            n.HTTP_ROUTE: route,
+            n.URL_PATH: route,
+            **request_id,
+            **server_end_attributes(exchange, recorder.workflows.of(exchange)),
+        }
+        first_byte = exchange.first_byte_at
+        spans.append(
+            otlp_wire.span(
+                self._trace,
+                self._span,
+                parent_id=self._parent.span_id if self._parent is not None else None,
+                parent_remote=True,
+                name=f"POST {route}",
+                kind=otlp_wire.SERVER,
+                start_ns=self._ns(exchange.received_at),
+                end_ns=self._ns(completed),
+                span_attributes=server,
+                # A client's error is not the server's (HTTP conventions): only 5xx fail it.
+                error=exchange.error_code or str(exchange.status) if exchange.status >= 500 else None,
+                events=() if first_byte is None else ((n.FIRST_TOKEN_EVENT, self._ns(first_byte)),),
+            )
+        )
+        recorder.emit(b"".join(spans), len(spans))
+
+    def _child(
+        self,
+        span_id: int,
+        name: str,
+        kind: int,
+        started: float,
+        ended: float,
+        attributes: dict[str, Any],
+        error: str | None,
+    ) -> bytes:
+        return otlp_wire.span(
+            self._trace,
+            span_id,
+            parent_id=self._span,
+            name=name,
+            kind=kind,
+            start_ns=self._ns(started),
+            end_ns=self._ns(ended),
+            span_attributes=attributes,
+            error=error,
+        )
+
+    def _ns(self, monotonic: float) -> int:
+        return int(monotonic * 1e9) + self._offset_ns
+
+
+class _NoSpan(contextlib.AbstractContextManager[None]):
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+_NO_SPAN = _NoSpan()
+
+
+class _StageTimer(contextlib.AbstractContextManager[None]):
+    __slots__ = ("_into", "_name", "_started")
+
+    def __init__(self, into: list[_Stage], name: str) -> None:
+        self._into = into
+        self._name = name
+        self._started = 0.0
+
+    def __enter__(self) -> None:
+        self._started = time.monotonic()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        error = None
+        if exc is not None:
+            error = exc.code if isinstance(exc, GatewayError) else type(exc).__name__
+        self._into.append((self._name, self._started, time.monotonic(), error))

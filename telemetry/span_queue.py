@@ -1,0 +1,104 @@
+"""Finished spans on their way out: a bounded queue on the request path, the exporter in a thread.
+
+The request path only appends one bytes object per traced request (its spans, encoded) and
+counts spans; the export thread joins queued requests into batches and sends them. A full
+queue drops the request's spans and counts them (`tollgate.telemetry.dropped{signal="spans"}`),
+with no log line per drop: a dead collector under load must not become a log line per request.
+This is OpenTelemetry's processor/exporter split: the queue decides when, the exporter where.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Protocol
+
+logger = logging.getLogger("tollgate.telemetry")
+
+
+class SpanExporter(Protocol):
+    def export(self, spans: list[bytes]) -> bool:
+        """Send encoded spans (each as `otlp_wire.span` made it); True when delivered. Blocking."""
+        ...
+
+    def shutdown(self) -> None: ...
+
+
+class SpanQueue:
+    def __init__(
+        self, exporter: SpanExporter, *, max_spans: int, batch_spans: int, interval_s: float
+    ) -> None:
+        self._exporter = exporter
+        self._queue: deque[tuple[bytes, int]] = deque()
+        # Spans in the queue = put - taken; each counter has one writer thread, so no lock.
+        self._put = 0
+        self._taken = 0
+        self._max = max_spans
+        self._batch = batch_spans
+        self._interval_s = interval_s
+        self._wake = threading.Event()
+        self._stopping = False
+        self._stop_by = 0.0
+        # Written by one thread each, so neither needs a lock.
+        self.queue_full = 0  # spans refused at the door
+        self.export_failed = 0  # spans the exporter could not deliver
+        self._thread = threading.Thread(target=self._run, name="tollgate-span-export", daemon=True)
+        self._thread.start()
+
+    @property
+    def dropped(self) -> int:
+        return self.queue_full + self.export_failed
+
+    def put(self, spans: bytes, count: int) -> None:
+        """One request's spans. Called on the event loop: a comparison and an append."""
+        queued = self._put - self._taken
+        if queued + count > self._max or self._stopping:
+            self.queue_full += count
+            return
+        self._queue.append((spans, count))
+        self._put += count
+        if queued + count >= self._batch and not self._wake.is_set():  # set() takes a lock
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+            self._drain()
+        self._drain()
+
+    def _drain(self) -> None:
+        queue = self._queue
+        failed_before = self.export_failed
+        while queue and not (self._stopping and time.monotonic() > self._stop_by):
+            batch: list[bytes] = []
+            spans = 0
+            while queue and spans < self._batch:
+                encoded, count = queue.popleft()
+                batch.append(encoded)
+                spans += count
+            self._taken += spans
+            try:
+                delivered = self._exporter.export(batch)
+            except Exception:
+                logger.exception("span export failed")
+                delivered = False
+            if not delivered:
+                self.export_failed += spans
+        if self.export_failed > failed_before:
+            logger.warning(
+                "spans dropped: the exporter failed",
+                extra={"dropped": self.export_failed - failed_before, "queue_full_total": self.queue_full},
+            )
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Export what is queued (for at most `timeout_s`), then stop. Blocking: call in a thread."""
+        if self._stopping:
+            return
+        self._stop_by = time.monotonic() + timeout_s
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout_s + 1.0)
+        self._exporter.shutdown()
