@@ -1,0 +1,45 @@
+"""Server-sent events: the data of each event, whatever the line endings and extra fields."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from adapters.upstream.sse import sse_data
+
+
+async def _lines(text: bytes) -> AsyncIterator[bytes]:
+    for line in text.splitlines(keepends=True):
+        yield line
+
+
+async def _events(text: bytes) -> list[bytes]:
+    return [event async for event in sse_data(_lines(text))]
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"])
+async def test_one_event_per_blank_line(newline: bytes) -> None:
+    text = newline.join([b'data: {"a":1}', b"", b'data: {"b":2}', b"", b"data: [DONE]", b"", b""])
+    assert await _events(text) == [b'{"a":1}', b'{"b":2}', b"[DONE]"]
+
+
+async def test_multi_line_data_is_joined() -> None:
+    assert await _events(b"data: first\ndata: second\n\n") == [b"first\nsecond"]
+
+
+async def test_space_after_colon_is_optional_and_only_one_is_removed() -> None:
+    assert await _events(b"data:tight\n\ndata:  two spaces\n\n") == [b"tight", b" two spaces"]
+
+
+async def test_comments_and_other_fields_are_skipped() -> None:
+    text = b": keep-alive\n\nevent: message\nid: 7\nretry: 100\ndata: payload\n\n"
+    assert await _events(text) == [b"payload"]
+
+
+async def test_last_event_without_a_blank_line_is_kept() -> None:
+    assert await _events(b"data: one\n\ndata: tail") == [b"one", b"tail"]
+
+
+async def test_blank_lines_alone_make_no_event() -> None:
+    assert await _events(b"\n\n\n") == []

@@ -1,0 +1,195 @@
+"""`tollgate config check`, `tollgate keys create`, and `tollgate serve` as a real process."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from gateway.app import keyring_from, tenants_from
+from gateway.cli import main
+from gateway.config import load_config
+from gateway.keys import hash_key
+from simulator import RunningSimulator
+from tests.harness import HELLO, free_port, recorded
+from tests.servers import UPSTREAM_KEY
+
+CONFIG = """\
+server:
+  host: 127.0.0.1
+  access_log: false
+upstreams:
+  local:
+    kind: openai_compat
+    base_url: {base_url}
+    api_key: {api_key}
+models:
+  chat:
+    - {{upstream: local, model: sim-model}}
+tenants:
+  alpha: {{}}
+  beta: {{models: [chat]}}
+keys_file: keys.yaml
+"""
+
+
+def _config(tmp_path: Path, base_url: str = "http://127.0.0.1:8081/v1") -> Path:
+    path = tmp_path / "tollgate.yaml"
+    path.write_text(CONFIG.format(base_url=base_url, api_key=UPSTREAM_KEY), encoding="utf-8")
+    return path
+
+
+def _create_key(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    assert main(["keys", "create", *args]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) == 1  # the key, and nothing else, on stdout
+    return lines[0]
+
+
+def test_config_check_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _config(tmp_path)
+    assert main(["config", "check", str(path)]) == 0
+    assert capsys.readouterr().out == f"{path}: ok (1 upstreams, 1 model aliases, 2 tenants, 0 keys)\n"
+
+
+def test_config_check_invalid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _config(tmp_path, base_url="127.0.0.1:8081/v1")
+    assert main(["config", "check", str(path)]) != 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"tollgate: {path}: invalid configuration")
+    assert "upstreams.local.base_url" in captured.err
+
+
+def test_config_check_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "check", str(tmp_path / "nope.yaml")]) != 0
+    assert "file not found" in capsys.readouterr().err
+
+
+def test_keys_create_appends_only_the_hash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config_path = _config(tmp_path)
+    keys_file = tmp_path / "keys.yaml"
+    first = _create_key(capsys, "--tenant", "alpha", "--append", str(keys_file))
+    second = _create_key(capsys, "--tenant", "beta", "--label", "ci", "--append", str(keys_file))
+    assert first.startswith("tg-")
+    assert first != second
+    stored = keys_file.read_text(encoding="utf-8")
+    assert first not in stored
+    assert second not in stored
+    assert hash_key(first) in stored
+    assert hash_key(second) in stored
+    assert keys_file.stat().st_mode & 0o777 == 0o600
+    config = load_config(config_path)
+    assert [(k.tenant, k.label) for k in config.keys] == [("alpha", ""), ("beta", "ci")]
+    ring = keyring_from(config, tenants_from(config))
+    alpha, beta = ring.authenticate(first), ring.authenticate(second)
+    assert alpha is not None
+    assert alpha.tenant.name == "alpha"
+    assert beta is not None
+    assert beta.tenant.name == "beta"
+
+
+def test_keys_create_without_append_shows_the_entry_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["keys", "create", "--tenant", "alpha"]) == 0
+    captured = capsys.readouterr()
+    key = captured.out.strip()
+    assert hash_key(key) in captured.err
+    assert key not in captured.err
+
+
+def test_keys_create_checks_the_tenant_against_the_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keys_file = tmp_path / "keys.yaml"
+    args = [
+        "keys",
+        "create",
+        "--tenant",
+        "gamma",
+        "--config",
+        str(_config(tmp_path)),
+        "--append",
+        str(keys_file),
+    ]
+    assert main(args) != 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "'gamma' is not defined" in captured.err
+    assert not keys_file.exists()
+
+
+@pytest.mark.slow
+def test_serve_runs_workers_and_stops_cleanly_on_sigterm(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], upstream: RunningSimulator
+) -> None:
+    config_path = _config(tmp_path, base_url=upstream.openai_base_url(0))
+    key = _create_key(capsys, "--tenant", "alpha", "--append", str(tmp_path / "keys.yaml"))
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "serve",
+                "--config",
+                str(config_path),
+                "--port",
+                str(port),
+                "--workers",
+                "2",
+            ],
+            cwd=tmp_path,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        with openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0) as oai:
+            response = oai.chat.completions.create(
+                model="chat", messages=HELLO, extra_body={"x_sim": {"reply": "from a worker"}}
+            )
+            assert response.choices[0].message.content == "from a worker"
+            stream = oai.chat.completions.create(
+                model="chat",
+                messages=HELLO,
+                stream=True,
+                extra_headers={"x-request-id": "serve-stream-1"},
+                extra_body={"x_sim": {"reply": "streamed by a worker"}},
+            )
+            assert (
+                "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+                == "streamed by a worker"
+            )
+        [attempt] = recorded(upstream, "serve-stream-1")
+        assert attempt.headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0, log.read_text()
+        output = log.read_text()
+        started = re.findall(r"Started server process \[(\d+)\]", output)
+        assert len(set(started)) == 2, output  # two workers, and each shut down in order
+        assert sorted(re.findall(r"Finished server process \[(\d+)\]", output)) == sorted(started)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -1,0 +1,58 @@
+"""Helpers shared by the gateway and adapter tests (plain functions, not fixtures)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from simulator import RecordedRequest, RunningSimulator
+from tests.servers import UPSTREAM_KEY
+
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def openai_upstream(base_url: str, **extra: Any) -> dict[str, Any]:
+    return {"kind": "openai_compat", "base_url": base_url, "api_key": UPSTREAM_KEY, **extra}
+
+
+def chat_body(model: str = "chat", **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": HELLO, **extra}
+
+
+def recorded(sim: RunningSimulator, request_id: str) -> list[RecordedRequest]:
+    """What the simulator received for one gateway request (every attempt), in order."""
+    return [r for r in list(sim.requests) if r.headers.get("x-request-id") == request_id]
+
+
+def eventually(predicate: Callable[[], bool], seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def openai_error(response: httpx.Response, status: int) -> dict[str, Any]:
+    """The `error` object of an OpenAI-format error response, after checking its shape."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    assert list(body) == ["error"]
+    error: dict[str, Any] = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert isinstance(error["message"], str)
+    assert error["message"]
+    return error

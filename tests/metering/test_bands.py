@@ -1,0 +1,48 @@
+"""The budget band the policy sees, read from a real store and cached."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from adapters.state.sqlite import SQLiteStore
+from gateway.exchange import Principal, Tenant
+from gateway.keys import hash_key, key_id
+from gateway.metering.bands import BudgetBands, band_of
+from gateway.metering.plan import Budget, MeterPlans
+from gateway.metering.records import Settlement
+from tests.servers import gateway_config
+
+SOFT, HARD = Budget("t", "day", "usd", 100, False), Budget("t", "day", "tok", 50, True)
+
+
+def test_band_of_names_the_worst_budget_used_up() -> None:
+    assert band_of((SOFT, HARD), (99, 49)) == "ok"
+    assert band_of((SOFT, HARD), (100, 49)) == "soft_exceeded"
+    assert band_of((SOFT, HARD), (100, 50)) == "exceeded"
+    assert band_of((SOFT, HARD), (0, 60)) == "exceeded"
+
+
+async def test_bands_follow_the_store_and_are_reused_for_their_ttl(tmp_path: Path) -> None:
+    config = gateway_config(
+        upstreams={"u": {"kind": "openai_compat", "base_url": "http://127.0.0.1:1/v1"}},
+        models={"m": [{"upstream": "u", "model": "x"}]},
+        tenants={"acme": {"budgets": [{"window": "day", "usd": 0.0001, "kind": "soft"}]}},
+        keys=[{"tenant": "acme", "hash": hash_key("tg-k")}],
+    )
+    store = SQLiteStore(tmp_path / "state.db")
+    now = [0.0]
+    bands = BudgetBands(store, MeterPlans(config), ttl_s=1.0, monotonic=lambda: now[0])
+    principal = Principal(Tenant("acme"), key_id(hash_key("tg-k")))
+    try:
+        assert await bands.band(principal) == "ok"
+        counter = f"t:day:{datetime.now(UTC).date().isoformat()}:usd"
+        spent = Settlement("acme", uuid.uuid4().hex, ((counter, 100, 4_102_444_800),), (), None, 600)
+        assert await store.settle(spent)
+        assert await bands.band(principal) == "ok"  # still the cached band
+        now[0] = 1.5
+        assert await bands.band(principal) == "soft_exceeded"
+        assert await bands.band(Principal(Tenant("other"), "x")) == "ok"  # no budgets
+    finally:
+        await store.aclose()

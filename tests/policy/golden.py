@@ -1,0 +1,131 @@
+"""Golden cases of the engine contract: an input document and the exact decision the shipped
+policy (policies/) must give for it, from every engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEMO_TOOLS = {"allowed": ["fetch_url", "get_weather", "search"], "on_violation": "strip"}
+DEMO_TOOL_ARGS = {
+    "fetch_url": {
+        "url": {"allowed_hosts": ["*.wikipedia.org", "docs.python.org"], "allowed_schemes": ["https"]}
+    }
+}
+DEMO_REDACT = {"request": "mask", "response": "off", "entities": ["EMAIL", "CREDIT_CARD", "API_KEY"]}
+LIMITS = {"max_tokens": 4096, "tool_output_max_chars": 16000}
+NO_REDACT = {"request": "off", "response": "off", "entities": []}
+
+
+def input_doc(**overrides: Any) -> dict[str, Any]:
+    """An input document as the gateway builds it (gateway/policy/input.py), for tenant demo."""
+    doc: dict[str, Any] = {
+        "tenant": "demo",
+        "key": {"id": "k-0123456789ab", "label": "ci"},
+        "endpoint": "chat.completions",
+        "model": "kimi-k2.6",
+        "upstreams": ["local"],
+        "tools": [],
+        "tool_choice": None,
+        "tool_choice_name": None,
+        "stream": False,
+        "response_format": None,
+        "has_images": False,
+        "message_roles": ["user"],
+        "messages": "1",
+        "prompt_tokens": "<1k",
+        "session": False,
+        "budget": "ok",
+        "data_class": None,
+        "request_id": "req-golden",
+    }
+    doc.update(overrides)
+    return doc
+
+
+def allowed(**overrides: Any) -> dict[str, Any]:
+    decision: dict[str, Any] = {
+        "allow": True,
+        "reasons": [],
+        "tools": DEMO_TOOLS,
+        "tool_args": DEMO_TOOL_ARGS,
+        "redact": DEMO_REDACT,
+        "route": {"upstreams": ["local"]},
+        "limits": LIMITS,
+    }
+    decision.update(overrides)
+    return decision
+
+
+GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("plain chat is allowed", input_doc(), allowed()),
+    (
+        "listed tools, streamed, with a session",
+        input_doc(tools=["fetch_url", "search"], tool_choice="auto", stream=True, session=True),
+        allowed(),
+    ),
+    (
+        "embeddings",
+        input_doc(endpoint="embeddings", model="embeddings", message_roles=[], messages="0"),
+        allowed(),
+    ),
+    (
+        "an unknown tenant",
+        input_doc(tenant="mallory"),
+        {
+            "allow": False,
+            "reasons": ["tenant mallory is not known to the policy"],
+            "tools": {"allowed": [], "on_violation": "reject"},
+            "tool_args": {},
+            "redact": NO_REDACT,
+            "route": {"upstreams": ["local"]},
+            "limits": LIMITS,
+        },
+    ),
+    (
+        "a model not listed",
+        input_doc(model="gpt-9"),
+        allowed(allow=False, reasons=["model gpt-9 is not allowed for tenant demo"]),
+    ),
+    (
+        "a named tool_choice not allowed",
+        input_doc(tools=["shell"], tool_choice="named", tool_choice_name="shell"),
+        allowed(allow=False, reasons=["tool_choice names a tool not allowed for this tenant: shell"]),
+    ),
+    (
+        "confidential data keeps to the local upstream",
+        input_doc(upstreams=["workers-ai", "local", "gpu-pool"], data_class="confidential"),
+        allowed(),
+    ),
+    (
+        "internal data may go to two of three upstreams, sorted",
+        input_doc(upstreams=["workers-ai", "local", "gpu-pool"], data_class="internal"),
+        allowed(route={"upstreams": ["gpu-pool", "local"]}),
+    ),
+    (
+        "no upstream may receive confidential data",
+        input_doc(upstreams=["workers-ai"], data_class="confidential"),
+        allowed(
+            allow=False,
+            reasons=["no upstream serving model kimi-k2.6 may receive this tenant's data"],
+            route={"upstreams": []},
+        ),
+    ),
+    (
+        "several reasons, sorted",
+        input_doc(model="gpt-9", budget="exceeded", data_class="secret"),
+        allowed(
+            allow=False,
+            reasons=[
+                "model gpt-9 is not allowed for tenant demo",
+                "the tenant's budget is exhausted",
+                "unknown data class secret",
+            ],
+            route={"upstreams": []},
+        ),
+    ),
+    (
+        "a soft-exceeded budget",
+        input_doc(budget="soft_exceeded"),
+        allowed(limits={**LIMITS, "max_tokens": 1024}),
+    ),
+]

@@ -1,0 +1,79 @@
+"""The detector against the labelled corpus, and the prefiltered scan against the exact one."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.redaction.detector import Catalog
+from gateway.redaction.entities import BUILTIN, GROUPS, custom_pattern, literal_terms, select
+from tests.redaction.corpus import NEAR_MISSES, POSITIVES
+
+CATALOG = Catalog(BUILTIN)
+ALL = CATALOG.detector()
+
+POSITIVE_CASES = [(kind, text, value) for kind, cases in POSITIVES.items() for text, value in cases]
+NEAR_MISS_CASES = [(kind, text) for kind, texts in NEAR_MISSES.items() for text in texts]
+
+
+def test_every_builtin_kind_has_positives_and_near_misses() -> None:
+    names = {kind.name for kind in BUILTIN}
+    assert set(POSITIVES) == names
+    assert set(NEAR_MISSES) == names
+
+
+@pytest.mark.parametrize(("kind", "text", "value"), POSITIVE_CASES)
+def test_positive_is_found_exactly(kind: str, text: str, value: str) -> None:
+    found = ALL.find(text)
+    assert [(f.kind, text[f.start : f.end]) for f in found] == [(kind, value)]
+
+
+@pytest.mark.parametrize(("kind", "text"), NEAR_MISS_CASES)
+def test_near_miss_is_not_taken_for_the_kind(kind: str, text: str) -> None:
+    assert kind not in {f.kind for f in ALL.find(text)}
+
+
+def test_a_detector_finds_only_the_kinds_it_was_given() -> None:
+    text = "jane.doe@example.com, 4111 1111 1111 1111, AKIAIOSFODNN7EXAMPLE"
+    assert [f.kind for f in CATALOG.detector({"EMAIL"}).find(text)] == ["EMAIL"]
+    api = CATALOG.detector(k.name for k in select(["API_KEY"], BUILTIN))
+    assert [f.kind for f in api.find(text)] == ["AWS_ACCESS_KEY"]
+    assert {k.name for k in select([], BUILTIN)} == {k.name for k in BUILTIN}
+    assert GROUPS["API_KEY"] <= GROUPS["SECRET"]
+
+
+def test_custom_patterns_and_literal_terms() -> None:
+    catalog = Catalog(
+        (
+            *BUILTIN,
+            custom_pattern("EMPLOYEE_ID", r"EMP-\d{6}"),
+            literal_terms("CODENAME", ["Bluebird", "Night Jar"]),
+        )
+    )
+    text = "EMP-123456 works on project bluebird and NIGHT JAR, not bluebirds"
+    found = [(f.kind, text[f.start : f.end]) for f in catalog.detector().find(text)]
+    assert found == [("EMPLOYEE_ID", "EMP-123456"), ("CODENAME", "bluebird"), ("CODENAME", "NIGHT JAR")]
+
+
+def test_non_ascii_text_keeps_offsets() -> None:
+    text = "Grüße an jürgen — mail jürgen.x@example.com oder 4111 1111 1111 1111 ✓"
+    found = [(f.kind, text[f.start : f.end]) for f in ALL.find(text)]
+    assert found == [("EMAIL", "jürgen.x@example.com"), ("CREDIT_CARD", "4111 1111 1111 1111")]
+
+
+# Characters entities are made of, plus separators, so that random texts are full of
+# near-entities, fragments and overlaps.
+_ALPHABET = "0123456789abcdefxyzAKISEFG@.-_+: \n()/=<>eyJ"
+_PIECES = [value for cases in POSITIVES.values() for _, value in cases] + [
+    t for texts in NEAR_MISSES.values() for t in texts
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.text(_ALPHABET, max_size=12), st.sampled_from(_PIECES)), max_size=12))
+def test_prefiltered_find_equals_the_exact_scan(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    found, hold = ALL.scan(text, 0, final=True)
+    assert hold == len(text)
+    assert ALL.find(text) == found

@@ -1,0 +1,116 @@
+"""The sliding window: for any text and any way of cutting it into chunks, the streamed
+output equals the output for the whole text; and it holds back only what it must."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.redaction.detector import Catalog, Found
+from gateway.redaction.entities import BUILTIN
+from gateway.redaction.scrub import marker
+from gateway.redaction.tokens import PlaceholderFinder, Vault
+from gateway.redaction.window import Finder, Replacement, SlidingWindow, redact_whole
+from tests.redaction.corpus import NEAR_MISSES, POSITIVES
+
+DETECTOR = Catalog(BUILTIN).detector()
+_ALPHABET = "0123456789abcxyzAKISE@.-_+: \n()/=<>"
+_PIECES = [
+    *(value for cases in POSITIVES.values() for _, value in cases),
+    *(text for texts in NEAR_MISSES.values() for text in texts),
+    "<EMAIL_1>",
+    "<PHONE_2>",
+    "<EMAIL_7>",
+    " ",
+    "\n",
+]
+texts = st.lists(st.one_of(st.text(_ALPHABET, max_size=10), st.sampled_from(_PIECES)), max_size=10).map(
+    "".join
+)
+
+
+@st.composite
+def chunked(draw: st.DrawFn) -> tuple[str, list[str]]:
+    text = draw(texts)
+    cuts = sorted(draw(st.sets(st.integers(0, len(text)), max_size=max(1, len(text) // 2))))
+    bounds = [0, *cuts, len(text)]
+    return text, [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def streamed(finder: Finder, replacement: Replacement, chunks: list[str], stop: bool = False) -> str:
+    window = SlidingWindow(finder, replacement, stop_at_first=stop)
+    return "".join(window.push(chunk) for chunk in chunks) + window.flush()
+
+
+@settings(max_examples=400, deadline=None)
+@given(chunked())
+def test_masking_a_stream_equals_masking_the_whole(case: tuple[str, list[str]]) -> None:
+    text, chunks = case
+    assert streamed(DETECTOR, marker, chunks) == redact_whole(DETECTOR, text, marker)
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunked())
+def test_blocking_a_stream_stops_where_the_whole_text_stops(case: tuple[str, list[str]]) -> None:
+    text, chunks = case
+    assert streamed(DETECTOR, marker, chunks, stop=True) == redact_whole(DETECTOR, text, marker, True)
+
+
+def _vault() -> Vault:
+    vault = Vault()
+    assert vault.placeholder("EMAIL", "jane@example.com") == "<EMAIL_1>"
+    assert vault.placeholder("PHONE", "+14155552671") == "<PHONE_1>"
+    assert vault.placeholder("PHONE", "+442079460958") == "<PHONE_2>"
+    return vault
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunked())
+def test_restoring_a_stream_equals_restoring_the_whole(case: tuple[str, list[str]]) -> None:
+    text, chunks = case
+    vault = _vault()
+    finder = PlaceholderFinder(vault)
+    assert streamed(finder, vault.restore, chunks) == redact_whole(finder, text, vault.restore)
+
+
+def test_plain_text_is_released_at_once() -> None:
+    window = SlidingWindow(DETECTOR, marker)
+    # Nothing here can begin an entity: every character goes out with the chunk it came in.
+    assert window.push("Hello, ") == "Hello, "
+    assert window.push("(ok) ") == "(ok) "
+    # A word may still become the local part of an email: held, then released with the next chunk.
+    assert window.push("world") == ""
+    assert window.push("! ") == "world! "
+    assert window.holding == 0
+
+
+def test_an_entity_split_across_chunks_is_still_masked() -> None:
+    window = SlidingWindow(DETECTOR, marker)
+    chunks = ["card 41", "11 1111 11", "11 1111", " thanks"]
+    out = "".join(window.push(c) for c in chunks) + window.flush()
+    assert out == "card [CREDIT_CARD] thanks"
+    assert window.holding == 0
+
+
+def test_a_split_placeholder_is_restored_and_an_invented_one_left_alone() -> None:
+    vault = _vault()
+    window = SlidingWindow(PlaceholderFinder(vault), vault.restore)
+    out = [window.push(c) for c in ["Mail <EM", "AIL_", "1> or <EMAIL_9> now"]]
+    assert out == ["Mail ", "", "jane@example.com or <EMAIL_9> now"]
+
+
+def test_restoring_inside_json_escapes_the_value() -> None:
+    vault = Vault()
+    placeholder = vault.placeholder("PRIVATE_KEY", 'line1\nline "2"')
+    found = Found(0, len(placeholder), "PRIVATE_KEY", 0, len(placeholder))
+    assert vault.restore_in_json(found, placeholder) == 'line1\\nline \\"2\\"'
+
+
+def test_placeholders_the_client_wrote_are_never_issued() -> None:
+    vault = Vault(reserved=["<EMAIL_1>"])
+    assert vault.placeholder("EMAIL", "a@example.com") == "<EMAIL_2>"
+    assert vault.placeholder("EMAIL", "a@example.com") == "<EMAIL_2>"
+    assert vault.placeholder("EMAIL", "b@example.com") == "<EMAIL_3>"
+    assert vault.value("<EMAIL_1>") is None

@@ -1,0 +1,74 @@
+"""Every log line written while a request is served carries its request id and trace id,
+the same ids its spans and the upstream request carry."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import orjson
+import pytest
+
+from gateway.logs import JsonFormatter
+from simulator import RunningSimulator
+from tests.harness import HELLO, eventually, recorded
+from tests.servers import TEST_KEY, RunningGateway, running_gateway
+from tests.telemetry.conftest import telemetry_block, traced_config
+from tests.telemetry.receiver import OtlpReceiver
+
+
+@pytest.fixture(scope="module")
+def logged(upstream_sim: RunningSimulator, receiver: OtlpReceiver) -> Iterator[RunningGateway]:
+    config = traced_config(upstream_sim, telemetry_block(receiver.endpoint), server={"access_log": True})
+    with running_gateway(config) as running:
+        yield running
+
+
+@pytest.fixture
+def lines() -> Iterator[io.StringIO]:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        yield out
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
+@pytest.mark.parametrize("sampled", [True, False])
+def test_log_lines_carry_the_request_and_trace_ids(
+    logged: RunningGateway,
+    upstream: RunningSimulator,
+    lines: io.StringIO,
+    request_id: str,
+    sampled: bool,
+) -> None:
+    trace_id = os.urandom(16).hex()
+    traceparent = f"00-{trace_id}-{os.urandom(8).hex()}-{'01' if sampled else '00'}"
+    with openai.OpenAI(base_url=logged.base_url, api_key=TEST_KEY, max_retries=0) as client:
+        client.chat.completions.create(
+            model="failover",
+            messages=HELLO,
+            extra_headers={"x-request-id": request_id, "traceparent": traceparent},
+        )
+
+    def mine() -> list[dict[str, Any]]:
+        entries = [orjson.loads(line) for line in lines.getvalue().splitlines()]
+        return [e for e in entries if e.get("request_id") == request_id]
+
+    # The access line is a finisher's: written just after the response went out.
+    assert eventually(lambda: any(e["logger"] == "tollgate.access" for e in mine()))
+    for entry in mine():
+        assert entry["trace_id"] == trace_id
+        assert len(entry["span_id"]) == 16
+    [sent] = recorded(upstream, request_id)
+    assert sent.headers["traceparent"].split("-")[1] == trace_id
