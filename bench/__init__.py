@@ -1,0 +1,1 @@
+"""Benchmarks for Tollgate (run as modules, e.g. `python -m bench.overhead`)."""

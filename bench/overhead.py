@@ -1,0 +1,1507 @@
+"""The gateway's overhead, measured against its upstream called directly in the same run.
+
+    python -m bench.overhead [--quick]      # the figures: RPS c64, latency c8, stream TTFB, CPU, RSS
+    python -m bench.overhead --compare      # workers 1/2/3 and access log on/off, side by side
+    python -m bench.overhead --profile      # py-spy on one worker under c64 load: top hotspots
+
+Everything runs on 127.0.0.1: a fast upstream (nginx returning a fixed chat.completion, or
+the simulator if nginx is missing), the simulator for streams, the gateway as `python -m
+gateway.cli serve`, and wrk as the load generator. Each figure through the gateway is
+paired with the same figure against the upstream directly, measured in the same run,
+because on a 2-core machine shared by all of them absolute numbers drift from run to run.
+Results go to bench/results/*.json and, as a section, to docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = ROOT / "bench" / "results"
+DOC = ROOT / "docs" / "benchmarks.md"
+
+HOST = "127.0.0.1"
+CHAT_PATH = "/v1/chat/completions"
+MODEL_ALIAS = "bench-model"  # routed to the fast upstream
+STREAM_ALIAS = "bench-stream"  # routed to the simulator
+
+# ~200 bytes: what wrk posts, to the upstream directly and through the gateway.
+CHAT_BODY = json.dumps(
+    {
+        "model": MODEL_ALIAS,
+        "messages": [
+            {"role": "system", "content": "You are a terse assistant."},
+            {"role": "user", "content": "Say hello to the overhead benchmark in one short sentence, please."},
+        ],
+        "max_tokens": 16,
+        "temperature": 0,
+    },
+    separators=(",", ":"),
+)
+# ~300 bytes: what nginx answers to every POST /v1/chat/completions.
+UPSTREAM_REPLY = json.dumps(
+    {
+        "id": "chatcmpl-bench000000000001",
+        "object": "chat.completion",
+        "created": 1763780000,
+        "model": "bench-upstream-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Hello, benchmark! A fixed reply."},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 24, "completion_tokens": 9, "total_tokens": 33},
+    },
+    separators=(",", ":"),
+)
+
+TARGETS = {
+    "rps_c64": 5000.0,  # at least
+    "added_p50_ms": 0.6,  # at most
+    "added_p99_ms": 3.0,
+    "added_ttfb_p50_ms": 1.0,
+    "rss_mb": 100.0,
+}
+
+WAIT_HEALTHY_S = 30.0
+STOP_GRACE_S = 15.0
+WRK_SLACK_S = 30.0
+# --compare: (workers, access log) per gateway; all run side by side and take turns.
+COMPARED = ((1, True), (2, True), (3, True), (1, False), (2, False))
+QUIET_MAX_WAIT_S = 30.0  # before each load run, wait at most this long for the machine to be idle
+QUIET_BUSY_PCT = 15.0  # "idle": at most this share of all cores busy over half a second
+DISTURBED_PCT = 10.0  # a run during which other processes used more of the cores is left out of medians
+
+
+class BenchError(Exception):
+    """Something the benchmark cannot measure around: a process died, a check failed."""
+
+
+# --------------------------------------------------------------------------- processes
+
+
+class Processes:
+    """Every process the benchmark starts, each in its own process group, stopped on exit."""
+
+    def __init__(self) -> None:
+        self._running: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(
+        self, name: str, argv: Sequence[str], log: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                list(argv),
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stop() reaches its workers too
+            )
+        self._running.append((name, proc))
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes]) -> None:
+        self._running = [(n, p) for n, p in self._running if p is not proc]
+        _stop_group(proc)
+
+    def stop_all(self) -> None:
+        while self._running:
+            _, proc = self._running.pop()
+            _stop_group(proc)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        # The leader is gone; make sure nothing else of its group lingers.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return
+
+
+LOCK_PATH = Path(tempfile.gettempdir()) / "tollgate-bench.lock"
+
+
+@contextlib.contextmanager
+def machine_lock(max_wait_s: float = 900.0) -> Iterator[float]:
+    """One load benchmark at a time on this machine: take an flock on LOCK_PATH, waiting (bounded)
+    while another run that uses it holds it. Yields the seconds waited."""
+    import fcntl
+
+    started = time.monotonic()
+    with LOCK_PATH.open("a") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - started > max_wait_s:
+                    raise BenchError(f"another benchmark held {LOCK_PATH} for {max_wait_s:.0f}s") from None
+                time.sleep(1.0)
+        try:
+            yield time.monotonic() - started
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def http(
+    method: str,
+    url: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 5.0,
+) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read()
+
+
+def wait_http_ok(
+    url: str, proc: subprocess.Popen[bytes], name: str, log: Path, seconds: float = WAIT_HEALTHY_S
+) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BenchError(f"{name} exited with code {proc.returncode}; see {log}:\n{_tail(log)}")
+        with contextlib.suppress(OSError):
+            status, _ = http("GET", url, timeout=1.0)
+            if status == 200:
+                return
+        time.sleep(0.1)
+    raise BenchError(f"{name} did not answer 200 at {url} within {seconds:.0f}s; see {log}:\n{_tail(log)}")
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# --------------------------------------------------------------------------- /proc
+
+
+def _clock_ticks() -> int:
+    return int(os.sysconf("SC_CLK_TCK"))
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2 :].split()  # fields from 3 (state) on; comm may hold spaces
+
+
+def process_tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None:
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    tree: list[int] = []
+    todo = [root]
+    while todo and len(tree) < 1000:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, ()))
+    return tree
+
+
+def cpu_seconds(pid: int) -> float | None:
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _clock_ticks()  # utime + stime
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+# --------------------------------------------------------------------------- the stack
+
+
+@dataclass
+class Server:
+    """A server the benchmark started (gateway or floor proxy), with what it takes to measure it."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    settings: dict[str, Any]
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}{CHAT_PATH}"
+
+    def worker_pids(self) -> list[int]:
+        """uvicorn's spawned workers; with one worker, the server process itself."""
+        workers = [p for p in process_tree(self.proc.pid) if "spawn_main" in _cmdline(p)]
+        return workers or [self.proc.pid]
+
+    def wait_workers(self, workers: int, seconds: float = WAIT_HEALTHY_S) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BenchError(f"{self.name} exited with code {self.proc.returncode}:\n{_tail(self.log)}")
+            if workers == 1 or len(self.worker_pids()) >= workers:
+                return
+            time.sleep(0.1)
+        raise BenchError(f"{self.name} did not start {workers} workers within {seconds:.0f}s")
+
+
+@dataclass
+class Stack:
+    """The upstreams, and the key the gateways know; servers are started on top of it."""
+
+    tmp: Path
+    procs: Processes
+    upstream_kind: str  # "nginx" or "simulator"
+    fast_port: int
+    sim_port: int
+    api_key: str
+    key_hash: str
+    # For the other bench modules (policy, metering, redaction...) that start their own gateway.
+    gateway: subprocess.Popen[bytes] | None = None
+    gateway_port: int = 0
+
+    @property
+    def direct_url(self) -> str:
+        return f"http://{HOST}:{self.fast_port}{CHAT_PATH}"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://{HOST}:{self.gateway_port}{CHAT_PATH}"
+
+
+NGINX_CONF = """\
+daemon off;
+master_process on;
+worker_processes {workers};
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 4096; multi_accept on; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/nginx-body;
+    proxy_temp_path {tmp}/nginx-proxy;
+    fastcgi_temp_path {tmp}/nginx-fastcgi;
+    uwsgi_temp_path {tmp}/nginx-uwsgi;
+    scgi_temp_path {tmp}/nginx-scgi;
+    keepalive_requests 100000000;
+    keepalive_timeout 120s;
+    server {{
+        listen {host}:{port} backlog=4096;
+        location = /v1/chat/completions {{
+            default_type application/json;
+            return 200 '{reply}';
+        }}
+        location = /health {{
+            default_type application/json;
+            return 200 '{{"status":"ok"}}';
+        }}
+        location / {{ return 404; }}
+    }}
+}}
+"""
+
+
+def nginx_binary() -> str | None:
+    found = shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if Path(p).exists()), None
+    )
+    return found
+
+
+def start_nginx(procs: Processes, tmp: Path, workers: int) -> tuple[subprocess.Popen[bytes], int]:
+    binary = nginx_binary()
+    if binary is None:
+        raise BenchError("nginx is not installed")
+    port = free_port()
+    conf = tmp / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(workers=workers, tmp=tmp, host=HOST, port=port, reply=UPSTREAM_REPLY))
+    log = tmp / "nginx.log"
+    proc = procs.start(
+        "nginx", [binary, "-p", str(tmp), "-e", str(tmp / "nginx-error.log"), "-c", str(conf)], log
+    )
+    wait_http_ok(f"http://{HOST}:{port}/health", proc, "nginx", tmp / "nginx-error.log")
+    return proc, port
+
+
+def start_simulator(procs: Processes, tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    log = tmp / "simulator.log"
+    proc = procs.start(
+        "simulator", [sys.executable, "-m", "simulator", "--host", HOST, "--port", str(port)], log
+    )
+    wait_http_ok(f"http://{HOST}:{port}/health", proc, "simulator", log)
+    return proc, port
+
+
+def start_stack(procs: Processes, tmp: Path, upstream: str, nginx_workers: int) -> Stack:
+    from gateway.keys import generate_key, hash_key  # the gateway's own key format
+
+    _, sim_port = start_simulator(procs, tmp)
+    kind, fast_port = "simulator", sim_port
+    if upstream in ("auto", "nginx"):
+        try:
+            _, fast_port = start_nginx(procs, tmp, nginx_workers)
+            kind = "nginx"
+        except BenchError as exc:
+            if upstream == "nginx":
+                raise
+            print(f"nginx unavailable ({exc}); the simulator is the fast upstream", file=sys.stderr)
+    key = generate_key()
+    return Stack(tmp, procs, kind, fast_port, sim_port, key, hash_key(key))
+
+
+def start_gateway(stack: Stack, workers: int, access_log: bool) -> Server:
+    port = free_port()
+    config = {
+        "server": {
+            "host": HOST,
+            "port": port,
+            "workers": workers,
+            "access_log": access_log,
+            "log_level": "info",
+        },
+        "upstreams": {
+            "fast": {"kind": "openai_compat", "base_url": f"http://{HOST}:{stack.fast_port}/v1"},
+            "sim": {"kind": "openai_compat", "base_url": f"http://{HOST}:{stack.sim_port}/v1"},
+        },
+        "models": {
+            MODEL_ALIAS: [{"upstream": "fast", "model": "bench-upstream-model"}],
+            STREAM_ALIAS: [{"upstream": "sim", "model": "bench-upstream-model"}],
+        },
+        "tenants": {"bench": {"models": ["*"]}},
+        "keys": [{"tenant": "bench", "hash": stack.key_hash, "label": "bench"}],
+    }
+    name = f"gateway-w{workers}-{'log' if access_log else 'nolog'}"
+    config_path = stack.tmp / f"{name}.yaml"
+    config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+    # The access log is JSON lines on stderr: to a file, as a container runtime would collect it.
+    log = stack.tmp / f"{name}.log"
+    log.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config_path), "--port", str(port)]
+    argv += ["--workers", str(workers)]
+    proc = stack.procs.start(name, argv, log)
+    server = Server(name, proc, port, log, {"workers": workers, "access_log": access_log})
+    wait_http_ok(f"http://{HOST}:{port}/healthz", proc, name, log)
+    server.wait_workers(workers)
+    status, body = http("GET", f"http://{HOST}:{port}/readyz", timeout=5.0)
+    if status != 200 or b'"down"' in body:
+        raise BenchError(f"{name} is not ready: {status} {body[:300]!r}")
+    _check_answers(server, {"authorization": f"Bearer {stack.api_key}"})
+    return server
+
+
+def start_floor(stack: Stack, workers: int) -> Server:
+    """The bare proxy of bench/floor_proxy.py, in front of the same fast upstream."""
+    port = free_port()
+    name = f"floor-w{workers}"
+    log = stack.tmp / f"{name}.log"
+    argv = [sys.executable, "-m", "bench.floor_proxy", "--upstream", stack.direct_url]
+    argv += ["--port", str(port), "--workers", str(workers)]
+    proc = stack.procs.start(name, argv, log)
+    server = Server(name, proc, port, log, {"workers": workers})
+    wait_http_ok(f"http://{HOST}:{port}/healthz", proc, name, log)
+    server.wait_workers(workers)
+    _check_answers(server, {})
+    return server
+
+
+def _check_answers(server: Server, headers: dict[str, str]) -> None:
+    """20 answers with the upstream's body; new connections, so every worker gets a chance."""
+    headers = {"content-type": "application/json", **headers}
+    deadline = time.monotonic() + WAIT_HEALTHY_S
+    ok = 0
+    for _ in range(200):
+        if ok >= 20 or time.monotonic() > deadline:
+            break
+        status, body = http("POST", server.url, CHAT_BODY.encode(), headers, timeout=5.0)
+        if status == 503:  # a worker still starting
+            time.sleep(0.1)
+            continue
+        if status != 200 or b'"choices"' not in body:
+            raise BenchError(f"{server.name} answered {status}: {body[:300]!r}")
+        ok += 1
+    if ok < 20:
+        raise BenchError(f"{server.name} did not answer 20 requests in time")
+
+
+# --------------------------------------------------------------------------- wrk
+
+WRK_SCRIPT = """\
+wrk.method = "POST"
+wrk.body = [[{body}]]
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer {key}"
+
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "BENCH_JSON {{\\"requests\\":%d,\\"duration_us\\":%d,\\"bytes\\":%d," ..
+    "\\"errors_connect\\":%d,\\"errors_read\\":%d,\\"errors_write\\":%d,\\"errors_status\\":%d," ..
+    "\\"errors_timeout\\":%d,\\"lat_mean_us\\":%.2f,\\"lat_max_us\\":%.2f," ..
+    "\\"p50_us\\":%.2f,\\"p90_us\\":%.2f,\\"p99_us\\":%.2f,\\"p999_us\\":%.2f}}\\n",
+    summary.requests, summary.duration, summary.bytes,
+    e.connect, e.read, e.write, e.status, e.timeout,
+    latency.mean, latency.max,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency:percentile(99.9)))
+end
+"""
+
+
+def write_wrk_script(stack: Stack) -> Path:
+    path = stack.tmp / "chat.lua"
+    path.write_text(WRK_SCRIPT.format(body=CHAT_BODY, key=stack.api_key))
+    return path
+
+
+def wrk(url: str, script: Path, connections: int, seconds: float, *, latency: bool = False) -> dict[str, Any]:
+    argv = [
+        "wrk",
+        "-t2",
+        f"-c{connections}",
+        f"-d{max(1, round(seconds))}s",
+        "--timeout",
+        "5s",
+        "-s",
+        str(script),
+    ]
+    if latency:
+        argv.append("--latency")
+    argv.append(url)
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=seconds + WRK_SLACK_S, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise BenchError(f"wrk did not finish within {seconds + WRK_SLACK_S:.0f}s") from exc
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("BENCH_JSON ")), None)
+    if done.returncode != 0 or line is None:
+        raise BenchError(f"wrk failed ({done.returncode}): {done.stderr.strip()} {done.stdout[-500:]}")
+    result: dict[str, Any] = json.loads(line.removeprefix("BENCH_JSON "))
+    result["rps"] = result["requests"] / (result["duration_us"] / 1e6)
+    result["errors"] = sum(result[k] for k in result if k.startswith("errors_"))
+    result["connections"] = connections
+    result["url"] = url
+    if result["errors"]:
+        print(f"  ! wrk reported {result['errors']} errors against {url}", file=sys.stderr)
+    return result
+
+
+def _machine_ticks() -> list[int]:
+    """/proc/stat's first line: user nice system idle iowait irq softirq steal ..."""
+    return [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+
+
+def _busy_and_total(before: list[int], after: list[int]) -> tuple[int, int]:
+    delta = [a - b for a, b in zip(after, before, strict=False)][:8]
+    total = max(sum(delta), 1)
+    return total - delta[3] - delta[4], total
+
+
+def _kernel_threads_cpu() -> float:
+    """CPU seconds of kernel threads (children of kthreadd): ksoftirqd and kworkers do part of the
+    loopback network work of our own load, so they are not counted as someone else's."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and (fields[1] == "2" or entry == "2"):
+                total += (int(fields[11]) + int(fields[12])) / _clock_ticks()
+    return total
+
+
+def _our_cpu() -> float:
+    """CPU seconds of this process, its reaped children (wrk) and its live descendants."""
+    own = os.times()
+    live = sum(cpu for pid in process_tree(os.getpid())[1:] if (cpu := cpu_seconds(pid)) is not None)
+    return own.user + own.system + own.children_user + own.children_system + live
+
+
+def wait_quiet(max_wait_s: float | None = None, threshold_pct: float = QUIET_BUSY_PCT) -> dict[str, float]:
+    """Wait (bounded) until the machine is nearly idle: this is a shared box and other sessions'
+    tests come and go. Between our runs nothing of ours is busy, so what is busy is someone else."""
+    if max_wait_s is None:
+        max_wait_s = QUIET_MAX_WAIT_S
+    started = time.monotonic()
+    busy_pct = 100.0
+    for _ in range(int(max_wait_s / 0.5) + 1):
+        before = _machine_ticks()
+        time.sleep(0.5)
+        busy, total = _busy_and_total(before, _machine_ticks())
+        busy_pct = 100 * busy / total
+        if busy_pct <= threshold_pct or time.monotonic() - started >= max_wait_s:
+            break
+    waited = time.monotonic() - started
+    if busy_pct > threshold_pct:
+        print(
+            f"  ! machine still {busy_pct:.0f}% busy after {waited:.0f}s; measuring anyway", file=sys.stderr
+        )
+    return {"quiet_wait_s": waited, "busy_before_pct": busy_pct}
+
+
+def served_load(
+    url: str, root_pid: int | None, script: Path, connections: int, seconds: float, latency: bool = False
+) -> dict[str, Any]:
+    """A wrk run, with the CPU spent meanwhile by the serving process tree (if given), by the
+    whole machine, and by processes that are not ours ("foreign": other sessions on the box)."""
+    quiet = wait_quiet()
+    pids = process_tree(root_pid) if root_pid is not None else []
+    before = {pid: cpu for pid in pids if (cpu := cpu_seconds(pid)) is not None}
+    kernel_before, machine_before, ours_before = _kernel_threads_cpu(), _machine_ticks(), _our_cpu()
+    t0 = time.monotonic()
+    result = wrk(url, script, connections, seconds, latency=latency)
+    machine_after, ours_after, elapsed = _machine_ticks(), _our_cpu(), time.monotonic() - t0
+    kernel_s = _kernel_threads_cpu() - kernel_before
+    after = {pid: cpu for pid in pids if (cpu := cpu_seconds(pid)) is not None}
+    busy, total = _busy_and_total(machine_before, machine_after)
+    capacity_s = elapsed * (os.cpu_count() or 1)
+    busy_s = capacity_s * busy / total
+    result.update(quiet)
+    result["machine_busy_pct"] = 100 * busy / total
+    result["machine_steal_pct"] = 100 * (machine_after[7] - machine_before[7]) / total
+    result["kernel_threads_cpu_pct"] = 100 * kernel_s / capacity_s
+    result["foreign_cpu_pct"] = max(0.0, 100 * (busy_s - (ours_after - ours_before) - kernel_s) / capacity_s)
+    # Ours only (wrk, upstream, servers): 1000 * cores / this is the machine's RPS ceiling.
+    result["our_cpu_ms_per_request"] = 1000 * (ours_after - ours_before) / max(result["requests"], 1)
+    if root_pid is not None:
+        cpu = sum(after[pid] - before[pid] for pid in after if pid in before)
+        result["cpu_s"] = cpu
+        result["cpu_ms_per_request"] = 1000 * cpu / max(result["requests"], 1)
+    return result
+
+
+# --------------------------------------------------------------------------- streaming TTFB
+
+
+@dataclass
+class _Conn:
+    host: str
+    port: int
+    reader: asyncio.StreamReader | None = None
+    writer: asyncio.StreamWriter | None = None
+
+    async def ensure(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.reader is not None and self.writer is not None:
+            return self.reader, self.writer
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), 5.0)
+        self.reader, self.writer = reader, writer
+        return reader, writer
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.writer.wait_closed(), 2.0)
+        self.reader = self.writer = None
+
+
+def _stream_request(port: int, body: bytes, key: str) -> bytes:
+    head = (
+        f"POST {CHAT_PATH} HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: text/event-stream\r\nAuthorization: Bearer {key}\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def _one_stream(conn: _Conn, request: bytes, limit_s: float) -> tuple[float, float]:
+    """Send one streamed request on a keep-alive connection; (time to first body byte, to the end)."""
+    reader, writer = await conn.ensure()
+    async with asyncio.timeout(limit_s):
+        started = time.perf_counter()
+        writer.write(request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        status_line, *header_lines = head.decode("latin-1").split("\r\n")
+        status = int(status_line.split(" ", 2)[1])
+        headers = {}
+        for line in header_lines:
+            name, _, value = line.partition(":")
+            if name:
+                headers[name.strip().lower()] = value.strip().lower()
+        body = bytearray()
+        first_at = 0.0
+        if headers.get("transfer-encoding") == "chunked":
+            for _ in range(100_000):
+                size = int((await reader.readline()).split(b";")[0].strip(), 16)
+                if size == 0:
+                    while (await reader.readline()) not in (b"\r\n", b""):
+                        pass
+                    break
+                data = await reader.readexactly(size + 2)
+                if not first_at:
+                    first_at = time.perf_counter()
+                body += data[:-2]
+        else:
+            length = int(headers.get("content-length", "0"))
+            if length:
+                body += await reader.readexactly(1)
+                first_at = time.perf_counter()
+                body += await reader.readexactly(length - 1)
+        ended = time.perf_counter()
+    if headers.get("connection") == "close":
+        await conn.close()
+    if status != 200 or b"[DONE]" not in body:
+        raise BenchError(f"streamed request failed: HTTP {status}: {bytes(body[:300])!r}")
+    return first_at - started, ended - started
+
+
+async def _stream_series(stack: Stack, gateway_port: int, n: int, warmup: int) -> dict[str, list[float]]:
+    """n streamed requests to each of the simulator and the gateway, alternating one by one, so
+    that both series see the same machine noise."""
+
+    def body(model: str) -> bytes:
+        doc = json.loads(CHAT_BODY)
+        doc["model"], doc["stream"] = model, True
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    direct = _Conn(HOST, stack.sim_port)
+    gateway = _Conn(HOST, gateway_port)
+    direct_req = _stream_request(stack.sim_port, body("bench-upstream-model"), stack.api_key)
+    gateway_req = _stream_request(gateway_port, body(STREAM_ALIAS), stack.api_key)
+    out: dict[str, list[float]] = {
+        "direct_ttfb": [],
+        "gateway_ttfb": [],
+        "direct_total": [],
+        "gateway_total": [],
+    }
+    try:
+        for i in range(warmup + n):
+            d_first, d_total = await _one_stream(direct, direct_req, 10.0)
+            g_first, g_total = await _one_stream(gateway, gateway_req, 10.0)
+            if i >= warmup:
+                out["direct_ttfb"].append(d_first)
+                out["gateway_ttfb"].append(g_first)
+                out["direct_total"].append(d_total)
+                out["gateway_total"].append(g_total)
+    finally:
+        await direct.close()
+        await gateway.close()
+    return out
+
+
+def stream_ttfb(stack: Stack, gateway: Server, n: int, warmup: int) -> dict[str, Any]:
+    async def bounded() -> dict[str, list[float]]:
+        async with asyncio.timeout(60 + 0.2 * (n + warmup)):
+            return await _stream_series(stack, gateway.port, n, warmup)
+
+    series = asyncio.run(bounded())
+    summary: dict[str, Any] = {"n": n, "warmup": warmup}
+    for name, values in series.items():
+        summary[name] = {"p50_ms": 1000 * _pct(values, 50), "p99_ms": 1000 * _pct(values, 99)}
+    return summary
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))  # nearest rank
+    return ordered[index]
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def measure(
+    stack: Stack,
+    args: argparse.Namespace,
+    gateways: dict[str, Server],
+    floor: Server | None = None,
+    *,
+    stream: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """Load figures for each gateway, each next to its own direct (and floor) run: within a
+    round the targets run one after the other, so each pair sees the same machine. With several
+    gateways (--compare) they take turns, round after round, so noise spreads over all of them.
+    Then, per gateway, the streams (if asked) and RSS. Returns one result per gateway."""
+    script = write_wrk_script(stack)
+    names = ["direct", *(["floor"] if floor is not None else []), "gateway"]
+    results: dict[str, dict[str, Any]] = {
+        key: {"settings": dict(g.settings), "targets": names, "c64": {n: [] for n in names}, "c8": {}}
+        for key, g in gateways.items()
+    }
+    for result in results.values():
+        result["c8"] = {n: [] for n in names}
+    warm = [(stack.direct_url, None)] + [(s.url, s.proc.pid) for s in (floor, *gateways.values()) if s]
+    print(f"warm-up {args.warmup:.0f}s each: {len(warm)} targets", file=sys.stderr)
+    for url, pid in warm:
+        served_load(url, pid, script, 64, args.warmup)
+    for connections in (64, 8):
+        for r in range(args.rounds):
+            print(
+                f"c{connections} round {r + 1}/{args.rounds}: {len(gateways)} x {', '.join(names)} "
+                f"({args.duration:.0f}s each)",
+                file=sys.stderr,
+            )
+            for key, gateway in gateways.items():
+                targets: dict[str, tuple[str, int | None]] = {"direct": (stack.direct_url, None)}
+                if floor is not None:
+                    targets["floor"] = (floor.url, floor.proc.pid)
+                targets["gateway"] = (gateway.url, gateway.proc.pid)
+                for name, (url, pid) in targets.items():
+                    run = served_load(url, pid, script, connections, args.duration, latency=True)
+                    results[key][f"c{connections}"][name].append(run)
+    for key, gateway in gateways.items():
+        out = results[key]
+        if stream:
+            print(f"streams: {args.stream_n} each, direct and gateway alternating", file=sys.stderr)
+            quiet = wait_quiet()
+            out["stream"] = stream_ttfb(stack, gateway, args.stream_n, warmup=max(10, args.stream_n // 10))
+            out["stream"].update(quiet)
+        workers = gateway.worker_pids()
+        rss = {pid: rss_mb(pid) for pid in workers}
+        out["rss_mb_by_worker"] = rss
+        out["rss_mb_max"] = max((v for v in rss.values() if v is not None), default=float("nan"))
+        out["workers_seen"] = len(workers)
+        if gateway.log.exists():
+            out["gateway_log_bytes"] = gateway.log.stat().st_size
+        out["summary"] = summarise(out)
+    return results
+
+
+def _clean(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs that other processes on the machine did not disturb; if none, the least disturbed."""
+    clean = [r for r in runs if r.get("foreign_cpu_pct", 0.0) <= DISTURBED_PCT]
+    return clean or [min(runs, key=lambda r: float(r.get("foreign_cpu_pct", 0.0)))]
+
+
+def summarise(out: dict[str, Any]) -> dict[str, Any]:
+    """Per target, medians over the undisturbed rounds; added = gateway - direct; CPU per request
+    summed over the undisturbed c64 (and c8) runs."""
+    s: dict[str, Any] = {}
+    dropped = 0
+    for name in out["targets"]:
+        c64, c8 = _clean(out["c64"][name]), _clean(out["c8"][name])
+        dropped += len(out["c64"][name]) + len(out["c8"][name]) - len(c64) - len(c8)
+        s[f"rps_{name}"] = statistics.median(r["rps"] for r in c64)
+        s[f"rps_c8_{name}"] = statistics.median(r["rps"] for r in c8)
+        s[f"p50_{name}_ms"] = statistics.median(r["p50_us"] for r in c8) / 1000
+        s[f"p99_{name}_ms"] = statistics.median(r["p99_us"] for r in c8) / 1000
+        s[f"errors_{name}"] = sum(r["errors"] for r in out["c64"][name] + out["c8"][name])
+        s[f"all_cpu_ms_per_request_{name}"] = statistics.median(r["our_cpu_ms_per_request"] for r in c64)
+        if name != "direct":
+            for label, runs in (("", c64), ("_c8", c8)):
+                cpu = sum(r["cpu_s"] for r in runs)
+                s[f"cpu_ms_per_request{label}_{name}"] = 1000 * cpu / max(sum(r["requests"] for r in runs), 1)
+    s["runs_total"] = sum(len(runs) for c in ("c64", "c8") for runs in out[c].values())
+    s["runs_disturbed_left_out"] = dropped
+    every_run = [r for c in ("c64", "c8") for runs in out[c].values() for r in runs]
+    s["machine_steal_pct_max"] = max(r["machine_steal_pct"] for r in every_run)
+    s["foreign_cpu_pct_max"] = max(r["foreign_cpu_pct"] for r in every_run)
+    s["foreign_cpu_pct_median"] = statistics.median(r["foreign_cpu_pct"] for r in every_run)
+    s["rss_mb_max"] = out["rss_mb_max"]
+    s["rps_ratio"] = s["rps_gateway"] / s["rps_direct"]
+    s["added_p50_ms"] = s["p50_gateway_ms"] - s["p50_direct_ms"]
+    s["added_p99_ms"] = s["p99_gateway_ms"] - s["p99_direct_ms"]
+    if "floor" in out["targets"]:
+        s["rps_gateway_vs_floor"] = s["rps_gateway"] / s["rps_floor"]
+    if "stream" in out:
+        st = out["stream"]
+        for who in ("direct", "gateway"):
+            s[f"ttfb_{who}_p50_ms"] = st[f"{who}_ttfb"]["p50_ms"]
+            s[f"ttfb_{who}_p99_ms"] = st[f"{who}_ttfb"]["p99_ms"]
+            s[f"stream_total_{who}_p50_ms"] = st[f"{who}_total"]["p50_ms"]
+        s["added_ttfb_p50_ms"] = s["ttfb_gateway_p50_ms"] - s["ttfb_direct_p50_ms"]
+        s["added_ttfb_p99_ms"] = s["ttfb_gateway_p99_ms"] - s["ttfb_direct_p99_ms"]
+    return s
+
+
+# --------------------------------------------------------------------------- profile
+
+
+def profile(stack: Stack, gateway: Server, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
+    spy = shutil.which("py-spy")
+    if spy is None:
+        raise BenchError("py-spy is not installed (pip install py-spy)")
+    script = write_wrk_script(stack)
+    wrk(gateway.url, script, 64, args.warmup)
+    wait_quiet()
+    worker = gateway.worker_pids()[0]
+    raw = run_dir / "profile-raw.txt"
+    seconds = args.profile_seconds
+    load = subprocess.Popen(
+        [
+            "wrk",
+            "-t2",
+            "-c64",
+            f"-d{round(seconds) + 4}s",
+            "--timeout",
+            "5s",
+            "-s",
+            str(script),
+            gateway.url,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        time.sleep(1.0)
+        argv = [
+            spy,
+            "record",
+            "--pid",
+            str(worker),
+            "--duration",
+            str(round(seconds)),
+            "--rate",
+            str(args.profile_rate),
+        ]
+        argv += ["--format", "raw", "--output", str(raw), "--threads"]
+        if args.native:
+            argv.append("--native")
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60, check=False)
+        if done.returncode != 0 or not raw.exists():
+            raise BenchError(f"py-spy failed ({done.returncode}): {done.stderr.strip()[-800:]}")
+        load.wait(timeout=seconds + WRK_SLACK_S)
+    finally:
+        if load.poll() is None:
+            _stop_group(load)
+    return analyse_profile(raw)
+
+
+def _frame(frame: str) -> tuple[str, str]:
+    """'func (path/to/file.py:123)' -> ('func', 'short/path.py')."""
+    name, _, where = frame.rpartition(" (")
+    if not name:
+        return frame, ""
+    path = where.rstrip(")").rsplit(":", 1)[0]
+    for marker in ("site-packages/", "lib/python3.11/", f"{ROOT}/"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            break
+    return name, path
+
+
+def _area(path: str) -> str:
+    top = path.split("/", 1)[0]
+    if path.startswith(("gateway/", "adapters/")):
+        return top
+    if top in (
+        "uvicorn",
+        "aiohttp",
+        "yarl",
+        "multidict",
+        "uvloop",
+        "httptools",
+        "logging",
+        "asyncio",
+        "orjson",
+    ):
+        return top
+    if top.endswith(".so") or not path:
+        return "native"
+    return "other (stdlib etc.)"
+
+
+def analyse_profile(raw: Path, top: int = 25) -> dict[str, Any]:
+    """Own time, inclusive time and time per area, over the event-loop thread's samples only
+    (uvicorn's worker also runs a thread that answers the supervisor's pings)."""
+    by_thread: dict[str, list[tuple[list[tuple[str, str]], int]]] = {}
+    for line in raw.read_text().splitlines():
+        stack_text, _, count_text = line.rpartition(" ")
+        if not stack_text or not count_text.isdigit():
+            continue
+        parts = stack_text.split(";")
+        thread = next((p for p in parts if p.startswith("thread ")), "thread ?")
+        frames = [_frame(p) for p in parts if p and not p.startswith(("process ", "thread "))]
+        if frames:
+            by_thread.setdefault(thread, []).append((frames, int(count_text)))
+
+    def is_loop(samples: list[tuple[list[tuple[str, str]], int]]) -> bool:
+        return any(name in ("Server.run", "asyncio_run", "Runner.run") for fs, _ in samples for name, _ in fs)
+
+    loop_threads = [t for t, samples in by_thread.items() if is_loop(samples)]
+    own: Counter[str] = Counter()
+    own_python: Counter[str] = Counter()  # native frames folded into their nearest Python caller
+    inclusive: Counter[str] = Counter()
+    areas: Counter[str] = Counter()
+    total = other = 0
+    for thread, samples in by_thread.items():
+        for frames, count in samples:
+            if thread not in loop_threads:
+                other += count
+                continue
+            total += count
+            name, path = frames[-1]
+            own[f"{name} ({path})"] += count
+            py_name, py_path = next(((n, p) for n, p in reversed(frames) if p.endswith(".py")), (name, path))
+            own_python[f"{py_name} ({py_path})"] += count
+            areas[_area(py_path)] += count
+            for label in {f"{n} ({p})" for n, p in frames if p.endswith(".py")}:
+                inclusive[label] += count
+
+    def table(counter: Counter[str], below_pct: float = 100.0) -> list[dict[str, Any]]:
+        share = {k: 100 * v / max(total, 1) for k, v in counter.items()}
+        kept = [k for k, _ in counter.most_common() if share[k] <= below_pct][:top]
+        return [{"function": k, "samples": counter[k], "pct": share[k]} for k in kept]
+
+    return {
+        "samples": total,
+        "other_thread_samples": other,
+        "self": table(own),
+        "self_python": table(own_python),
+        # Python frames only, without the wrappers every sample goes through (server, loop, ASGI entry).
+        "inclusive": table(inclusive, below_pct=85.0),
+        "areas": table(areas),
+        "raw": str(raw),
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+INTRO = """\
+# Benchmarks
+
+What the gateway costs on top of the upstream it fronts, measured by `bench/overhead.py`
+(see `bench/README.md`). It starts, as separate processes on 127.0.0.1:
+
+- a fast upstream: nginx `return 200` with a fixed ~300-byte `chat.completion` (the simulator in
+  zero-latency mode when nginx is not installed; each section says which was used);
+- the upstream simulator in zero-latency mode, for streams (nginx cannot stream SSE sensibly);
+- the floor: `bench/floor_proxy.py`, the bare aiohttp ASGI proxy of the reference floor
+  (`/work/shared/reference/python-proxy-floor.md`), on the same uvicorn settings, so the
+  distance between the gateway and what any Python proxy can do is measured in the same run;
+- the gateway, `python -m gateway.cli serve` (uvicorn + uvloop + httptools), one tenant, one
+  key, access log on and written to a file, as in production.
+
+wrk (`-t2`, a ~200-byte chat completion body with an `Authorization` header) then loads the
+upstream directly, the floor and the gateway, one after the other within each round:
+
+- **RPS at c64**: requests per second with 64 connections, 10 s per run.
+- **Latency at c8**: wrk's p50/p99 with 8 connections; *added* is gateway minus direct.
+- **Stream TTFB**: a small asyncio socket client (not the gateway's code) sends N sequential
+  streamed requests, alternating direct (simulator) and through the gateway, and times the
+  first body byte; *added* is the difference of the medians. *Whole stream* is the time to
+  the last byte.
+- **CPU per request**: utime+stime of all the server's processes (`/proc/<pid>/stat`) over the
+  runs, divided by the requests wrk completed.
+- **RSS per worker**: `VmRSS` of each uvicorn worker after the load; the largest is reported.
+
+The machine is a 2-core VM, shared by wrk, the servers and the upstream, and also by other
+sessions' work (test suites, experiments), so absolute figures move a lot from run to run.
+Before each load run the benchmark waits (bounded) for the machine to be idle, and it
+records how much CPU other processes used during each run ("foreign CPU"); runs where that
+exceeded 10 % of the cores are left out of the medians. Each figure below is from one run,
+with its direct baseline (and the floor) measured in that same run: read the ratios and
+differences rather than the absolute numbers. Every run is kept in `bench/results/*.json`
+(not committed). CPU per request is the figure least affected by the sharing.
+"""
+
+
+def _fmt(v: float | None, digits: int = 2) -> str:
+    return "" if v is None else f"{v:,.{digits}f}"
+
+
+def _signed(v: float, digits: int = 3) -> str:
+    return f"{v:+,.{digits}f}"
+
+
+def _mark(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def run_header(meta: dict[str, Any]) -> str:
+    return (
+        f"- Command: `{meta['command']}`\n"
+        f"- Date: {meta['date']} · git {meta['git']}\n"
+        f"- Machine: {meta['machine']}\n"
+        f"- Upstream: {meta['upstream']}; streams: the simulator, zero-latency mode\n"
+        f"- Versions: {meta['versions']}\n"
+    )
+
+
+def _row(
+    figure: str, direct: str, floor: str, gateway: str, versus: str, target: str = "", met: str = ""
+) -> str:
+    return f"| {figure} | {direct} | {floor} | {gateway} | {versus} | {target} | {met} |"
+
+
+def overhead_section(meta: dict[str, Any], result: dict[str, Any]) -> str:
+    s, st = result["summary"], result["settings"]
+    c64 = result["c64"]["gateway"]
+    has_floor = "floor" in result["targets"]
+
+    def floor(key: str, digits: int) -> str:
+        return _fmt(s[key], digits) if has_floor else "n/a"
+
+    p50_ok = s["added_p50_ms"] <= TARGETS["added_p50_ms"]
+    p99_ok = s["added_p99_ms"] <= TARGETS["added_p99_ms"]
+    ttfb_ok = s["added_ttfb_p50_ms"] <= TARGETS["added_ttfb_p50_ms"]
+    stream_added = s["stream_total_gateway_p50_ms"] - s["stream_total_direct_p50_ms"]
+    rows = [
+        _row("figure", "direct", "floor proxy", "gateway", "gateway vs direct", "target", "met"),
+        "|---|---|---|---|---|---|---|",
+        _row(
+            "RPS at c64",
+            _fmt(s["rps_direct"], 0),
+            floor("rps_floor", 0),
+            _fmt(s["rps_gateway"], 0),
+            f"{100 * s['rps_ratio']:.1f} % of direct",
+            ">= 5,000",
+            _mark(s["rps_gateway"] >= TARGETS["rps_c64"]),
+        ),
+        _row(
+            "p50 at c8 (ms)",
+            _fmt(s["p50_direct_ms"], 3),
+            floor("p50_floor_ms", 3),
+            _fmt(s["p50_gateway_ms"], 3),
+            f"{_signed(s['added_p50_ms'])} ms",
+            "added <= 0.6 ms",
+            _mark(p50_ok),
+        ),
+        _row(
+            "p99 at c8 (ms)",
+            _fmt(s["p99_direct_ms"], 3),
+            floor("p99_floor_ms", 3),
+            _fmt(s["p99_gateway_ms"], 3),
+            f"{_signed(s['added_p99_ms'])} ms",
+            "added <= 3 ms",
+            _mark(p99_ok),
+        ),
+        _row(
+            "RPS at c8",
+            _fmt(s["rps_c8_direct"], 0),
+            floor("rps_c8_floor", 0),
+            _fmt(s["rps_c8_gateway"], 0),
+            f"{100 * s['rps_c8_gateway'] / s['rps_c8_direct']:.1f} % of direct",
+        ),
+        _row(
+            "stream TTFB p50 (ms)",
+            _fmt(s["ttfb_direct_p50_ms"], 3),
+            "",
+            _fmt(s["ttfb_gateway_p50_ms"], 3),
+            f"{_signed(s['added_ttfb_p50_ms'])} ms",
+            "added <= 1 ms",
+            _mark(ttfb_ok),
+        ),
+        _row(
+            "stream TTFB p99 (ms)",
+            _fmt(s["ttfb_direct_p99_ms"], 3),
+            "",
+            _fmt(s["ttfb_gateway_p99_ms"], 3),
+            f"{_signed(s['added_ttfb_p99_ms'])} ms",
+        ),
+        _row(
+            "whole stream p50 (ms)",
+            _fmt(s["stream_total_direct_p50_ms"], 3),
+            "",
+            _fmt(s["stream_total_gateway_p50_ms"], 3),
+            f"{_signed(stream_added)} ms",
+        ),
+        _row(
+            "CPU per request at c64 (ms, all server processes)",
+            "",
+            floor("cpu_ms_per_request_floor", 3),
+            _fmt(s["cpu_ms_per_request_gateway"], 3),
+            f"c8: {_fmt(s['cpu_ms_per_request_c8_gateway'], 3)} ms",
+        ),
+        _row(
+            "CPU per request at c64, whole benchmark (ms; wrk + upstream + server)",
+            _fmt(s["all_cpu_ms_per_request_direct"], 3),
+            floor("all_cpu_ms_per_request_floor", 3),
+            _fmt(s["all_cpu_ms_per_request_gateway"], 3),
+            f"ceiling on {os.cpu_count()} cores: "
+            f"{_fmt(1000 * (os.cpu_count() or 1) / s['all_cpu_ms_per_request_gateway'], 0)} RPS",
+        ),
+        _row(
+            "RSS per worker, max (MB)",
+            "",
+            "",
+            _fmt(s["rss_mb_max"], 1),
+            "",
+            "<= 100 MB",
+            _mark(s["rss_mb_max"] <= TARGETS["rss_mb"]),
+        ),
+    ]
+    floor_note = (
+        f"The floor proxy (`bench/floor_proxy.py`, {st['workers']} workers, same uvicorn settings) "
+        f"is the bare aiohttp proxy of the reference floor, measured in this run; the gateway does "
+        f"{100 * s['rps_gateway_vs_floor']:.0f} % of its RPS at c64."
+        if has_floor
+        else "The floor proxy was not run (--no-floor)."
+    )
+    lines = [
+        "## Overhead against a direct upstream",
+        "",
+        run_header(meta)
+        + f"- Gateway: {st['workers']} workers, access log {'on' if st['access_log'] else 'off'}; "
+        f"{len(c64)} round(s) of {c64[0]['duration_us'] / 1e6:.0f} s per load figure (medians), "
+        f"{result['stream']['n']} streamed requests each way",
+        "",
+        *rows,
+        "",
+        floor_note,
+        f"wrk errors: {s['errors_gateway']} through the gateway, {s['errors_direct']} direct. "
+        f"{s['runs_disturbed_left_out']} of {s['runs_total']} load runs left out of the medians "
+        f"(other processes used > {DISTURBED_PCT:.0f} % of the cores meanwhile). "
+        f"CPU used by other processes on the machine during a load run (not ours): median "
+        f"{s['foreign_cpu_pct_median']:.1f} %, max {s['foreign_cpu_pct_max']:.1f} % of the cores; "
+        f"steal max {s['machine_steal_pct_max']:.1f} %. "
+        f"Raw: `{meta['results_file']}`.",
+    ]
+    return "\n".join(lines)
+
+
+def compare_section(meta: dict[str, Any], rows: list[dict[str, Any]], duration: float) -> str:
+    lines = [
+        "## Configurations compared",
+        "",
+        run_header(meta)
+        + "- All configurations run side by side as separate gateways and take turns: in each round, "
+        f"each one's run follows its own direct run ({duration:.0f} s each), "
+        f"{len(rows[0]['c64']['gateway'])} rounds, medians over the undisturbed runs "
+        f"({sum(r['summary']['runs_disturbed_left_out'] for r in rows)} of "
+        f"{sum(r['summary']['runs_total'] for r in rows)} left out); no stream figures",
+        "",
+        "| workers | access log | RPS c64 (direct) | gateway % of direct | p50 c8 added (ms) "
+        "| p99 c8 added (ms) | CPU ms/request c64 | RSS/worker (MB) | wrk errors | foreign CPU % (max) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        s, st = row["summary"], row["settings"]
+        cells = [
+            str(st["workers"]),
+            "on" if st["access_log"] else "off",
+            f"{_fmt(s['rps_gateway'], 0)} ({_fmt(s['rps_direct'], 0)})",
+            f"{100 * s['rps_ratio']:.1f} %",
+            _signed(s["added_p50_ms"]),
+            _signed(s["added_p99_ms"]),
+            _fmt(s["cpu_ms_per_request_gateway"], 3),
+            _fmt(s["rss_mb_max"], 1),
+            str(s["errors_gateway"]),
+            f"{s['foreign_cpu_pct_median']:.0f} ({s['foreign_cpu_pct_max']:.0f})",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"Raw: `{meta['results_file']}`."]
+    return "\n".join(lines)
+
+
+def profile_section(
+    meta: dict[str, Any], prof: dict[str, Any], settings: dict[str, Any], args: argparse.Namespace
+) -> str:
+    native = "with" if args.native else "without"
+    lines = [
+        "## Where a worker spends its time",
+        "",
+        run_header(meta)
+        + f"- py-spy record ({native} --native, {args.profile_rate} Hz) on one of {settings['workers']} "
+        f"workers for {args.profile_seconds:.0f} s under wrk c64, access log "
+        f"{'on' if settings['access_log'] else 'off'}; {prof['samples']} samples of the event-loop thread "
+        "(uvicorn's ping thread left out)",
+        "",
+        "| # | own time, C frames folded into their Python caller | % of samples |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {i} | `{r['function']}` | {r['pct']:.1f} |" for i, r in enumerate(prof["self_python"][:10], 1)
+    ]
+    lines += ["", "| inclusive time (Python frames, below the ASGI entry) | % of samples |", "|---|---|"]
+    lines += [f"| `{row['function']}` | {row['pct']:.1f} |" for row in prof["inclusive"][:20]]
+    lines += ["", "| area (own time, by package) | % of samples |", "|---|---|"]
+    lines += [f"| {row['function']} | {row['pct']:.1f} |" for row in prof["areas"]]
+    lines += ["", f"Raw stacks: `{prof['raw']}` (collapsed format; feed to any flamegraph tool)."]
+    return "\n".join(lines)
+
+
+def git_revision() -> str:
+    """Short HEAD, marked when the tree has uncommitted changes; "unknown" outside a checkout."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
+        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, check=True)
+        return head.stdout.strip() + (" (uncommitted changes)" if dirty.stdout.strip() else "")
+    return "unknown"
+
+
+def run_meta(argv: list[str] | None) -> dict[str, str]:
+    """What every benchmark section records about its run: arguments, date, revision."""
+    return {
+        "args": "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:])),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "git": git_revision(),
+    }
+
+
+def save_results(name: str, payload: dict[str, Any]) -> Path:
+    """Keep a run's raw figures in bench/results/NAME-STAMP.json (gitignored)."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS_DIR / f"{name}-{stamp}.json"
+    path.write_text(json.dumps(payload, indent=2))
+    return path
+
+
+def met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def update_doc(section: str, markdown: str) -> None:
+    start, end = f"<!-- bench:{section}:start -->", f"<!-- bench:{section}:end -->"
+    text = DOC.read_text() if DOC.exists() else INTRO
+    block = f"{start}\n{markdown.rstrip()}\n{end}"
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        after = rest.split(end, 1)[1]
+        text = before + block + after
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    DOC.write_text(text)
+
+
+def metadata(args: argparse.Namespace, stack: Stack, results_file: Path) -> dict[str, Any]:
+    def version(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "?"
+
+    def run(argv: list[str]) -> str:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False, cwd=ROOT)
+        except (OSError, subprocess.TimeoutExpired):
+            return "?"
+        return (done.stdout + done.stderr).strip()
+
+    cpu = "?"
+    with contextlib.suppress(OSError):
+        cpu = next(
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")
+            ),
+            "?",
+        )
+    if stack.upstream_kind == "nginx":
+        nginx = run([nginx_binary() or "nginx", "-v"]).replace("nginx version: ", "")
+        upstream = (
+            f"{nginx}, {args.nginx_workers} worker(s), `return 200` with a {len(UPSTREAM_REPLY)}-byte body"
+        )
+    else:
+        upstream = "the simulator, zero-latency mode (nginx not available)"
+    return {
+        "command": " ".join(["python -m bench.overhead", *sys.argv[1:]]),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "git": git_revision(),
+        "machine": (
+            f"{os.cpu_count()} cores ({cpu}), Linux {platform.release()}, Python {platform.python_version()}"
+        ),
+        "upstream": upstream,
+        "upstream_kind": stack.upstream_kind,
+        "versions": ", ".join(
+            [f"{d} {version(d)}" for d in ("uvicorn", "uvloop", "httptools", "aiohttp", "orjson")]
+            + [run(["wrk", "-v"]).split(" Copyright")[0]]
+        ),
+        "request_body_bytes": len(CHAT_BODY),
+        "results_file": str(results_file.relative_to(ROOT)),
+    }
+
+
+def print_summary(s: dict[str, Any]) -> None:
+    for key, value in s.items():
+        print(f"  {key:32} {value:,.3f}" if isinstance(value, float) else f"  {key:32} {value}")
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__.split("\n\n")[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--compare", action="store_true", help="workers 1/2/3, access log on/off")
+    mode.add_argument("--profile", action="store_true", help="py-spy one worker under c64 load")
+    mode.add_argument(
+        "--render",
+        metavar="JSON",
+        type=Path,
+        help="rewrite the docs section from a saved overhead/compare result",
+    )
+    parser.add_argument("--quick", action="store_true", help="3 s runs, 1 round, 100 streams: a smoke test")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--no-access-log", dest="access_log", action="store_false")
+    parser.add_argument("--upstream", choices=("auto", "nginx", "simulator"), default="auto")
+    parser.add_argument("--nginx-workers", type=int, default=1)
+    parser.add_argument("--duration", type=float, help="seconds per wrk run (default 10; quick 3)")
+    parser.add_argument("--warmup", type=float, help="seconds of warm-up load (default 3; quick 1)")
+    parser.add_argument("--rounds", type=int, help="rounds per load figure (default 3, compare 2, quick 1)")
+    parser.add_argument("--stream-n", type=int, help="streamed requests each way (default 500; quick 100)")
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=QUIET_MAX_WAIT_S,
+        help="before each load run, wait up to this many seconds for the machine to be idle (default 30)",
+    )
+    parser.add_argument("--profile-seconds", type=float, default=10.0)
+    parser.add_argument("--profile-rate", type=int, default=200)
+    parser.add_argument("--native", action="store_true", help="py-spy --native (C frames too)")
+    parser.add_argument("--no-floor", dest="floor", action="store_false", help="skip the bare floor proxy")
+    parser.add_argument("--no-doc", dest="doc", action="store_false", help="do not update docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.duration = args.duration or (3.0 if quick else 10.0)
+    args.warmup = args.warmup or (1.0 if quick else 3.0)
+    args.rounds = args.rounds or (1 if quick else 2 if args.compare else 3)
+    args.stream_n = args.stream_n or (100 if quick else 500)
+    if not 1 <= args.rounds <= 20 or not 1 <= args.duration <= 120 or not 10 <= args.stream_n <= 20_000:
+        parser.error("rounds 1..20, duration 1..120 s, stream-n 10..20000")
+    return args
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def render(path: Path) -> int:
+    """Summarise a saved result again (e.g. after a change to the summary) and rewrite its section."""
+    data = json.loads(path.read_text())
+    meta = data["meta"]
+    if "rows" in data:
+        for row in data["rows"]:
+            row["summary"] = summarise(row)
+        duration = data["rows"][0]["c64"]["gateway"][0]["duration_us"] / 1e6
+        update_doc("compare", compare_section(meta, data["rows"], duration))
+    else:
+        data["result"]["summary"] = summarise(data["result"])
+        update_doc("overhead", overhead_section(meta, data["result"]))
+    path.write_text(json.dumps(data, indent=2, default=str))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.render is not None:
+        return render(args.render)
+    if shutil.which("wrk") is None:
+        print("wrk is not installed", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGALRM, _on_sigterm)
+    global QUIET_MAX_WAIT_S  # noqa: PLW0603 (a run-wide setting read by wait_quiet)
+    QUIET_MAX_WAIT_S = args.quiet_wait
+    signal.alarm(3600 + 60 * round(args.quiet_wait))  # a hard bound on the whole run, whatever hangs
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    mode = "compare" if args.compare else "profile" if args.profile else "overhead"
+    results_file = RESULTS_DIR / f"{mode}-{stamp}.json"
+    procs = Processes()
+    tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-"))
+    exits = contextlib.ExitStack()
+    try:
+        waited = exits.enter_context(machine_lock())
+        if waited > 1:
+            print(f"waited {waited:.0f}s for {LOCK_PATH}", file=sys.stderr)
+        stack = start_stack(procs, tmp, args.upstream, args.nginx_workers)
+        print(
+            f"upstream: {stack.upstream_kind} on :{stack.fast_port}; simulator on :{stack.sim_port}",
+            file=sys.stderr,
+        )
+        meta = metadata(args, stack, results_file)
+        if args.compare:
+            gateways = {
+                f"w{w}-{'log' if log else 'nolog'}": start_gateway(stack, w, log) for w, log in COMPARED
+            }
+            rows = list(measure(stack, args, gateways, stream=False).values())
+            for row in rows:
+                print(f"== {row['settings']}", file=sys.stderr)
+                print_summary(row["summary"])
+            results_file.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, default=str))
+            if args.doc:
+                update_doc("compare", compare_section(meta, rows, args.duration))
+        elif args.profile:
+            gateway = start_gateway(stack, args.workers, args.access_log)
+            prof = profile(stack, gateway, args, tmp)
+            kept = RESULTS_DIR / f"profile-{stamp}-raw.txt"
+            shutil.copy(prof["raw"], kept)
+            prof["raw"] = str(kept.relative_to(ROOT))
+            results_file.write_text(json.dumps({"meta": meta, "profile": prof}, indent=2))
+            for title in ("self", "self_python", "inclusive", "areas"):
+                print(f"-- {title} ({prof['samples']} samples)")
+                for row in prof[title]:
+                    print(f"  {row['pct']:5.1f}%  {row['function']}")
+            if args.doc:
+                update_doc("profile", profile_section(meta, prof, gateway.settings, args))
+        else:
+            floor = start_floor(stack, args.workers) if args.floor else None
+            gateway = start_gateway(stack, args.workers, args.access_log)
+            result = measure(stack, args, {"gateway": gateway}, floor)["gateway"]
+            results_file.write_text(json.dumps({"meta": meta, "result": result}, indent=2, default=str))
+            print_summary(result["summary"])
+            if args.doc:
+                update_doc("overhead", overhead_section(meta, result))
+        print(f"results: {results_file}", file=sys.stderr)
+        return 0
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        signal.alarm(0)
+        procs.stop_all()
+        shutil.rmtree(tmp, ignore_errors=True)
+        exits.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
