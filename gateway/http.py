@@ -28,6 +28,7 @@ from gateway.errors import (
     PayloadTooLarge,
 )
 from gateway.exchange import Endpoint, Exchange, Principal
+from gateway.logs import flush_logs
 from gateway.pipeline import Pipeline
 from gateway.request_ids import request_id_from
 from gateway.tracing import CORRELATION, NO_TRACER, Correlation, Tracer
@@ -97,6 +98,7 @@ class GatewayASGI:
                 self._draining = True
                 if self._services is not None:
                     await self._services.close()
+                flush_logs()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

@@ -3,14 +3,19 @@
 Every line is scrubbed before it is written (message, fields, traceback): no raw value of a
 sensitive-data kind or of a configured credential reaches a log, whatever logged it.
 A line written while a request is served carries its request_id, trace_id and span_id.
+
+Lines are written in batches (`BatchedLineHandler`): one access line per request would
+otherwise cost a write to stderr per request.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
@@ -32,17 +37,25 @@ class JsonFormatter(logging.Formatter):
     def __init__(self, scrubber: Scrubber | None = None) -> None:
         super().__init__()
         self._scrubber = scrubber or default_scrubber()
+        self._second = -1
+        self._second_text = ""
+
+    def _timestamp(self, created: float) -> str:
+        second = int(created)
+        if second != self._second:  # strftime once a second, not once a line
+            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
+        return f"{self._second_text}.{int((created - second) * 1000):03d}Z"
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": self._timestamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
         }
         for key, value in record.__dict__.items():
-            if key not in _STANDARD and not key.startswith("_"):
+            if key not in _STANDARD and key[0] != "_":
                 # Anything orjson would stringify is stringified first, so that it is scrubbed too.
                 entry[key] = value if isinstance(value, _JSON_VALUES) else str(value)
         correlation = CORRELATION.get()
@@ -56,9 +69,87 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(self._scrubber.record(entry), default=str).decode()
 
 
+class BatchedLineHandler(logging.Handler):
+    """Formats each record at once, writes the lines of requests in batches.
+
+    Lines written while a request is served (the access line above all) wait in a batch,
+    written when it holds `max_lines` lines, when a warning or worse arrives,
+    `max_delay_s` after its first line, and on `flush()` (at the server's shutdown, and by
+    `logging.shutdown` at exit). Any other line is written at once, with the batch before
+    it: a worker's last words come after its loop has stopped. A process killed outright
+    loses at most `max_delay_s` of lines.
+    """
+
+    def __init__(self, stream: TextIO | None = None, max_lines: int = 256, max_delay_s: float = 0.05) -> None:
+        super().__init__()
+        self._stream = stream
+        self._max_lines = max_lines
+        self._max_delay_s = max_delay_s
+        self._lines: list[str] = []
+        self._scheduled: asyncio.TimerHandle | None = None
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream if self._stream is not None else sys.stderr  # sys.stderr read late: tests swap it
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        self._lines.append(line)
+        if (
+            len(self._lines) >= self._max_lines
+            or record.levelno >= logging.WARNING
+            or CORRELATION.get() is None  # not serving a request: starting, stopping, a timer's
+        ):
+            self._write()
+        elif self._scheduled is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop in this thread: nothing would come back to write it
+                self._write()
+                return
+            self._scheduled = loop.call_later(self._max_delay_s, self.flush)
+
+    def flush(self) -> None:
+        self.acquire()
+        try:
+            self._write()
+        finally:
+            self.release()
+
+    def _write(self) -> None:
+        if self._scheduled is not None:
+            self._scheduled.cancel()
+            self._scheduled = None
+        if not self._lines:
+            return
+        text = "\n".join(self._lines) + "\n"
+        self._lines.clear()
+        # A closed or broken stderr must not fail the request that logged.
+        with contextlib.suppress(OSError, ValueError):
+            stream = self.stream
+            stream.write(text)
+            stream.flush()
+
+
 def configure_logging(level: str = "info", scrubber: Scrubber | None = None) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    # The JSON line carries none of these: skip gathering them for every record. `_srcfile`
+    # set to None is the logging module's own switch to skip walking the stack for the caller.
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+    logging._srcfile = None
+    handler = BatchedLineHandler()
     handler.setFormatter(JsonFormatter(scrubber))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+def flush_logs() -> None:
+    """Writes every line still held by a handler of the root logger (at shutdown)."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()

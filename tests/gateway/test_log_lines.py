@@ -1,0 +1,241 @@
+"""Log lines are written in batches, and none is lost: not the ones a warning follows, not
+the ones still held when the server shuts down."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import io
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+import yaml
+
+from gateway.logs import BatchedLineHandler, JsonFormatter, flush_logs
+from gateway.tracing import CORRELATION, Correlation
+from simulator import RunningSimulator
+from tests.harness import HELLO, eventually, free_port, openai_upstream
+from tests.servers import TEST_KEY, gateway_config
+
+ROOT = Path(__file__).resolve().parents[2]
+Served = tuple[str, "subprocess.Popen[bytes]", Path]
+
+
+class CountingStream(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+@pytest.fixture
+def handler_and_logger() -> Iterator[tuple[BatchedLineHandler, CountingStream, logging.Logger]]:
+    stream = CountingStream()
+    handler = BatchedLineHandler(stream, max_lines=4, max_delay_s=0.05)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("tests.batched")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield handler, stream, logger
+    finally:
+        logger.handlers[:] = []
+        logger.propagate = True
+
+
+def serving_a_request() -> None:
+    """Marks the running task as serving a request, as the edge does."""
+    CORRELATION.set(Correlation("req-under-test"))
+
+
+def _messages(stream: io.StringIO) -> list[str]:
+    return [orjson.loads(line)["msg"] for line in stream.getvalue().splitlines()]
+
+
+def test_without_an_event_loop_each_line_is_written_at_once(handler_and_logger) -> None:  # type: ignore[no-untyped-def]
+    _, stream, logger = handler_and_logger
+
+    def serve() -> None:
+        serving_a_request()
+        logger.info("one")
+        logger.info("two")
+
+    contextvars.copy_context().run(serve)
+    assert _messages(stream) == ["one", "two"]
+    assert stream.writes == 2
+
+
+def test_a_line_written_outside_a_request_is_written_at_once_with_the_batch(handler_and_logger) -> None:  # type: ignore[no-untyped-def]
+    _, stream, logger = handler_and_logger
+
+    async def serve() -> None:
+        async def request() -> None:
+            serving_a_request()
+            logger.info("access")
+
+        await asyncio.create_task(request())
+        assert stream.writes == 0
+        logger.info("Finished server process")  # no request: the loop may not run again
+        assert _messages(stream) == ["access", "Finished server process"]
+
+    asyncio.run(serve())
+
+
+def test_in_an_event_loop_lines_written_together_after_the_delay(handler_and_logger) -> None:  # type: ignore[no-untyped-def]
+    _, stream, logger = handler_and_logger
+
+    async def serve() -> None:
+        serving_a_request()
+        logger.info("one")
+        logger.info("two")
+        assert stream.writes == 0
+        await asyncio.sleep(0.2)
+        assert _messages(stream) == ["one", "two"]
+        assert stream.writes == 1  # one write for the batch
+
+    asyncio.run(serve())
+
+
+def test_a_warning_writes_at_once_with_the_lines_before_it(handler_and_logger) -> None:  # type: ignore[no-untyped-def]
+    _, stream, logger = handler_and_logger
+
+    async def serve() -> None:
+        serving_a_request()
+        logger.info("before")
+        logger.warning("trouble")
+        assert _messages(stream) == ["before", "trouble"]
+
+    asyncio.run(serve())
+
+
+def test_a_full_batch_is_written_at_once(handler_and_logger) -> None:  # type: ignore[no-untyped-def]
+    _, stream, logger = handler_and_logger
+
+    async def serve() -> None:
+        serving_a_request()
+        for n in range(5):
+            logger.info(str(n))
+        assert _messages(stream) == ["0", "1", "2", "3"]  # max_lines=4
+        await asyncio.sleep(0.2)
+        assert _messages(stream) == ["0", "1", "2", "3", "4"]
+
+    asyncio.run(serve())
+
+
+def test_flush_writes_what_is_held(handler_and_logger) -> None:  # type: ignore[no-untyped-def]
+    handler, stream, logger = handler_and_logger
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers[:] = [handler]
+    try:
+
+        async def serve() -> None:
+            serving_a_request()
+            logger.info("held")
+            assert stream.getvalue() == ""
+            flush_logs()
+            assert _messages(stream) == ["held"]
+
+        asyncio.run(serve())
+    finally:
+        root.handlers[:] = saved
+
+
+def test_a_broken_stream_does_not_fail_the_caller() -> None:
+    stream = io.StringIO()
+    stream.close()
+    handler = BatchedLineHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "lost", None, None)
+    handler.handle(record)  # no exception
+
+
+@pytest.fixture
+def served(upstream_sim: RunningSimulator, tmp_path: Path) -> Iterator[Served]:
+    """`tollgate serve` in its own process, access log on, stderr to a file."""
+    port = free_port()
+    config = gateway_config(
+        upstreams={"local": openai_upstream(upstream_sim.openai_base_url(0))},
+        models={"chat": [{"upstream": "local", "model": "sim-model"}]},
+        server={"host": "127.0.0.1", "port": port, "workers": 1, "access_log": True},
+    )
+    path = tmp_path / "tollgate.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path)],
+            cwd=ROOT,
+            env=os.environ.copy(),
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert eventually(lambda: _up(url), 30), log.read_text()
+        yield url, process, log
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+
+def _up(url: str) -> bool:
+    try:
+        return httpx.get(url + "/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _access_ids(log: Path) -> list[str]:
+    ids = []
+    for line in log.read_text().splitlines():
+        if line.startswith("{"):
+            entry = orjson.loads(line)
+            if entry.get("logger") == "tollgate.access":
+                ids.append(entry["request_id"])
+    return ids
+
+
+def _call(url: str, request_id: str) -> None:
+    response = httpx.post(
+        url + "/v1/chat/completions",
+        json={"model": "chat", "messages": HELLO},
+        headers={"authorization": f"Bearer {TEST_KEY}", "x-request-id": request_id},
+        timeout=30,
+    )
+    assert response.status_code == 200
+
+
+@pytest.mark.slow
+def test_the_server_writes_an_access_line_per_request(
+    served: tuple[str, subprocess.Popen[bytes], Path],
+) -> None:
+    url, _, log = served
+    ids = [f"batched-{n}" for n in range(5)]
+    for request_id in ids:
+        _call(url, request_id)
+    assert eventually(lambda: _access_ids(log) == ids, 10), log.read_text()
+
+
+@pytest.mark.slow
+def test_lines_held_at_shutdown_are_written(served: Served) -> None:
+    url, process, log = served
+    _call(url, "last-before-shutdown")
+    os.killpg(process.pid, signal.SIGTERM)  # at once: the line may still be held in the batch
+    # uvicorn shuts down gracefully, then ends by the signal it caught.
+    assert process.wait(30) in (0, -signal.SIGTERM)
+    assert "last-before-shutdown" in _access_ids(log)
