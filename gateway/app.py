@@ -76,7 +76,11 @@ def audit_sink_from(config: GatewayConfig) -> AuditSink | None:
 
 
 def decide_from(
-    policy: PolicyConfig, engine: PolicyEngine, config: GatewayConfig, audit: AuditSink | None
+    policy: PolicyConfig,
+    engine: PolicyEngine,
+    config: GatewayConfig,
+    audit: AuditSink | None,
+    budget_band: Callable[[Principal], Awaitable[str]] | None = None,
 ) -> Decide:
     cache = policy.cache
     return Decide(
@@ -85,6 +89,7 @@ def decide_from(
         cache=DecisionCache(cache.max_entries, cache.ttl_s) if cache.enabled else None,
         audit=audit,
         timeout_s=policy.timeout_ms / 1000,
+        budget_band=budget_band,
     )
 
 
@@ -109,11 +114,12 @@ def build_services(
         forwarder = Forwarder(routes)
         prober = HealthProber(probe_targets(routes))
         audit = audit_sink_from(config)
-        decide = [decide_from(config.policy, engine, config, audit)] if config.policy and engine else []
-        redaction_counters = RedactionCounters()
-        redact = Redact(redaction or RedactionSettings.from_config(config), redaction_counters)
         state = state_config(config)
         metering = metering_parts(config, state, build_state_store(state)) if state is not None else None
+        band = metering.bands.band if metering is not None else None
+        decide = [decide_from(config.policy, engine, config, audit, band)] if config.policy and engine else []
+        redaction_counters = RedactionCounters()
+        redact = Redact(redaction or RedactionSettings.from_config(config), redaction_counters)
         meter = [metering.meter] if metering else []
         stages: list[Stage] = [admit, *decide, redact, ToolOffer(), ContextCap(), *meter, route]
         # Settle first, so the access log and the audit record see the settled request.

@@ -60,7 +60,8 @@ known_tenant if data.tenants[input.tenant]
 
 deny contains concat("", ["tenant ", tenant_name, " is not known to the policy"]) if not known_tenant
 
-deny contains "the tenant's budget is exhausted" if input.budget == "exceeded"
+# A used-up hard budget (input.budget == "exceeded") is not denied here: the meter refuses
+# the request with 429 insufficient_quota, from the exact figures rather than a cached band.
 
 # --- which model ---------------------------------------------------------------------
 

@@ -199,13 +199,12 @@ test_redaction_defaults_apply_without_a_tenant_setting if {
 	d.redact == {"request": "off", "response": "off", "entities": []}
 }
 
-test_an_exhausted_budget_is_denied if {
+test_an_exhausted_budget_is_left_to_the_meter if {
 	d := authz.decision with input.tenant as "demo"
 		with input.model as "kimi-k2.6"
 		with input.upstreams as ["local"]
 		with input.budget as "exceeded"
-	d.allow == false
-	set_of(d.reasons) == {"the tenant's budget is exhausted"}
+	d.allow == true
 }
 
 test_a_soft_exceeded_budget_lowers_max_tokens if {

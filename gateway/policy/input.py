@@ -20,7 +20,7 @@ from gateway.errors import InvalidRequest
 from gateway.exchange import Endpoint, Exchange
 
 DATA_CLASS_HEADER = "x-data-class"
-BUDGET_OK = "ok"  # the only band until metering lands; then also "soft_exceeded", "exceeded"
+BUDGET_OK = "ok"  # the band without metering; with it also "soft_exceeded" and "exceeded"
 
 _DATA_CLASS = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
@@ -42,11 +42,12 @@ class PolicyInput:
     cache_key: bytes  # canonical JSON of the document without the request id
 
 
-def build_input(exchange: Exchange, upstreams: Sequence[str]) -> PolicyInput:
+def build_input(exchange: Exchange, upstreams: Sequence[str], budget: str = BUDGET_OK) -> PolicyInput:
     """The input document for a request that admit has authenticated and validated.
 
     `upstreams` are the names of the upstreams that serve the requested model alias, in
-    order of preference. Raises InvalidRequest for a malformed x-data-class header.
+    order of preference; `budget` is the caller's budget band. Raises InvalidRequest for a
+    malformed x-data-class header.
     """
     principal = exchange.principal
     if principal is None:
@@ -72,7 +73,7 @@ def build_input(exchange: Exchange, upstreams: Sequence[str]) -> PolicyInput:
         "messages": _band(len(messages), _MESSAGE_BANDS) if chat else "0",
         "prompt_tokens": _band(_estimated_tokens(messages if chat else body.get("input")), _TOKEN_BANDS),
         "session": exchange.session_key is not None,
-        "budget": BUDGET_OK,
+        "budget": budget,
         "data_class": _data_class(exchange.headers.get(DATA_CLASS_HEADER)),
     }
     key = orjson.dumps(document, option=orjson.OPT_SORT_KEYS)

@@ -12,15 +12,15 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import PermissionDenied, PolicyUnavailable, model_not_found
-from gateway.exchange import Endpoint, Exchange
+from gateway.exchange import Endpoint, Exchange, Principal
 from gateway.policy.cache import DecisionCache
 from gateway.policy.decision import Decision, MalformedDecision, parse_decision
-from gateway.policy.input import PolicyInput, build_input
+from gateway.policy.input import BUDGET_OK, PolicyInput, build_input
 from gateway.ports import AuditSink, EngineResult, PolicyEngine
 
 logger = logging.getLogger("tollgate.policy")
@@ -60,14 +60,17 @@ class Decide:
         cache: DecisionCache | None,
         audit: AuditSink | None,
         timeout_s: float,
+        budget_band: Callable[[Principal], Awaitable[str]] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        """`upstreams`: model alias -> names of the upstreams that serve it, preferred first."""
+        """`upstreams`: model alias -> names of the upstreams that serve it, preferred first;
+        `budget_band`: the caller's budget band for the input (metering's), else always "ok"."""
         self._engine = engine
         self._upstreams = {alias: tuple(names) for alias, names in upstreams.items()}
         self._cache = cache
         self._audit = audit
         self._timeout_s = timeout_s
+        self._budget_band = budget_band
         self._clock = clock
         self.counts = DecideCounts()
 
@@ -77,7 +80,11 @@ class Decide:
         tenant = exchange.tenant
         if upstreams is None or tenant is None or not tenant.may_use(alias):
             raise model_not_found(alias)
-        policy_input = build_input(exchange, upstreams)
+        principal = exchange.principal
+        band = BUDGET_OK
+        if self._budget_band is not None and principal is not None:
+            band = await self._budget_band(principal)
+        policy_input = build_input(exchange, upstreams, band)
         started = self._clock()
         outcome = self._from_cache(policy_input) or await self._from_engine(policy_input, exchange.request_id)
         self.counts.decisions += 1

@@ -117,7 +117,6 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             allow=False,
             reasons=[
                 "model gpt-9 is not allowed for tenant demo",
-                "the tenant's budget is exhausted",
                 "unknown data class secret",
             ],
             route={"upstreams": []},
