@@ -1,25 +1,21 @@
 """The state store for many replicas: Redis (or Redis Cluster), one atomic Lua script per
-operation (`redis_scripts.py`), sent through an automatic pipeline (`redis_batch.py`).
+operation (`redis_scripts.py`), sent on one auto-pipelined connection (`redis_wire.py`).
 
 Keys are `<prefix>:{<tenant>}:...`: the hash tag keeps each tenant's keys in one cluster
-slot, so every script's keys are co-located. The client reconnects by itself: a failed
+slot, so every script's keys are co-located. The connection reopens by itself: a failed
 command raises StateStoreUnavailable, and the next one opens a fresh connection.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from datetime import date, timedelta
-from urllib.parse import urlsplit
-
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from typing import Any
 
 from adapters.state import redis_scripts
-from adapters.state.redis_batch import Batcher, Script, unavailable
+from adapters.state.redis_wire import RedisWire, ReplyError, Script, unavailable
 from gateway.metering.records import (
     IdempotencyClaim,
     RateState,
@@ -38,19 +34,8 @@ class RedisStore:
     name = "redis"
 
     def __init__(self, url: str, prefix: str = "tollgate", timeout_s: float = 1.0) -> None:
-        self._client = Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            # One quiet retry on a fresh connection covers a pooled connection that died
-            # (e.g. Redis restarted); anything longer would hold requests up while it is down.
-            retry=Retry(NoBackoff(), 1),
-            decode_responses=False,
-        )
-        parts = urlsplit(url)
-        self._describe = f"{parts.hostname}:{parts.port or 6379}"
+        self._wire = RedisWire(url, timeout_s)
         self._prefix = prefix
-        self._batch = Batcher(self._client, self._describe)
         self._reserve = Script(redis_scripts.RESERVE)
         self._settle = Script(redis_scripts.SETTLE)
         self._counters = Script(redis_scripts.COUNTERS)
@@ -77,7 +62,7 @@ class RedisStore:
         for budget in request.budgets:
             numbers += [budget.amount, budget.limit, 1 if budget.hard else 0, budget.expires_at]
         args = (base + "r:", request.reservation_id, _joined(numbers))
-        reply = await self._batch.call(self._reserve, keys, args)
+        reply = await self._wire.script(self._reserve, keys, args)
         nb = len(request.budgets)
         used = tuple(int(v) for v in reply[1 : 1 + nb])
         rates = []
@@ -107,22 +92,22 @@ class RedisStore:
             numbers += [entry.completion_tokens, entry.cost_micros]
         prefix = f"{entry.key_id}\t{entry.model}\t" if entry else ""
         args = (settlement.reservation_id, prefix, _joined(numbers))
-        return bool(await self._batch.call(self._settle, tuple(keys), args) == 1)
+        return bool(await self._wire.script(self._settle, tuple(keys), args) == 1)
 
     async def counters(self, tenant: str, counters: tuple[str, ...]) -> tuple[int, ...]:
         base = self._base(tenant)
         keys = (base + "leases", *(base + "c:" + counter for counter in counters))
-        reply = await self._batch.call(self._counters, keys, (base + "r:",))
+        reply = await self._wire.script(self._counters, keys, (base + "r:",))
         return tuple(int(v) for v in reply)
 
     async def open_reservations(self, tenant: str) -> int:
         base = self._base(tenant)
-        return int(await self._batch.call(self._open, (base + "leases",), (base + "r:",)))
+        return int(await self._wire.script(self._open, (base + "leases",), (base + "r:",)))
 
     async def claim_idempotency(
         self, tenant: str, key: str, fingerprint: str, lease_s: float
     ) -> IdempotencyClaim:
-        reply = await self._batch.call(
+        reply = await self._wire.script(
             self._claim, (self._base(tenant) + "i:" + key,), (fingerprint, max(1, round(lease_s * 1000)))
         )
         state = reply[0].decode()
@@ -134,38 +119,36 @@ class RedisStore:
         self, tenant: str, key: str, fingerprint: str, response: StoredResponse, ttl_s: float
     ) -> None:
         args = (fingerprint, response.status, response.body, max(1, round(ttl_s * 1000)))
-        await self._batch.call(self._complete, (self._base(tenant) + "i:" + key,), args)
+        await self._wire.script(self._complete, (self._base(tenant) + "i:" + key,), args)
 
     async def release_idempotency(self, tenant: str, key: str) -> None:
-        await self._batch.call(self._release, (self._base(tenant) + "i:" + key,), ())
+        await self._wire.script(self._release, (self._base(tenant) + "i:" + key,), ())
 
     async def spend(self, tenants: tuple[str, ...], since: str, until: str) -> list[SpendRow]:
         days = _days(since, until)
         rows: list[SpendRow] = []
-        try:
-            pipe = self._client.pipeline(transaction=False)
-            for tenant in tenants:
-                for day in days:
-                    pipe.hgetall(self._base(tenant) + "l:" + day)
-            replies: list[dict[bytes, bytes]] = await pipe.execute()
-        except (RedisError, OSError) as exc:
-            raise unavailable(self._describe, exc) from exc
+        # One pipeline: every HGETALL is written in the same turn.
+        keys = [self._base(tenant) + "l:" + day for tenant in tenants for day in days]
+        replies = await asyncio.gather(*(self._wire.call("HGETALL", key) for key in keys))
         index = 0
         for tenant in tenants:
             for day in days:
-                rows.extend(_ledger_rows(tenant, day, replies[index]))
+                reply = _checked(self._wire.describe, replies[index])
+                rows.extend(_ledger_rows(tenant, day, dict(zip(reply[::2], reply[1::2], strict=True))))
                 index += 1
         return rows
 
     async def ping(self) -> None:
-        try:
-            await self._client.ping()
-        except (RedisError, OSError) as exc:
-            raise unavailable(self._describe, exc) from exc
+        _checked(self._wire.describe, await self._wire.call("PING"))
 
     async def aclose(self) -> None:
-        await self._batch.aclose()
-        await self._client.aclose()
+        await self._wire.aclose()
+
+
+def _checked(describe: str, reply: Any) -> Any:
+    if isinstance(reply, ReplyError):
+        raise unavailable(describe, reply)
+    return reply
 
 
 def _joined(numbers: list[int]) -> str:
