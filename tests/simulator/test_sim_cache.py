@@ -9,17 +9,7 @@ import aiohttp
 from simulator import SimConfig, Simulator
 from simulator.prefix_cache import PrefixCache
 from simulator.tokens import block_keys, count_bytes_tokens, prompt_bytes, split_words
-
-LONG_SYSTEM = "You are a careful assistant. " * 12  # ~350 bytes: several 16-token blocks
-
-
-def chat_body(*turns: str, **extra: Any) -> dict[str, Any]:
-    """A chat body: a long system prompt then alternating user/assistant turns."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": LONG_SYSTEM}]
-    for i, text in enumerate(turns):
-        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": text})
-    return {"model": "sim-model", "messages": messages, **extra}
-
+from tests.simulator.bodies import chat_body
 
 BLOCK = 16
 
