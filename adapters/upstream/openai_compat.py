@@ -16,7 +16,7 @@ import orjson
 
 from adapters.upstream import errors
 from adapters.upstream.http_client import HttpClient
-from adapters.upstream.sse import SseChunkStream
+from adapters.upstream.sse import SseChunkStream, open_event_stream
 from gateway.config import OpenAICompatUpstream as OpenAICompatConfig
 from gateway.errors import UpstreamError
 from gateway.exchange import Endpoint
@@ -74,19 +74,15 @@ class OpenAICompatUpstream:
         return UpstreamResponse(200, data)
 
     async def stream(self, request: UpstreamRequest) -> ChunkStream:
-        response = await self._client.open_stream(
+        response = await open_event_stream(
+            self._client,
             self._urls[request.replica][request.endpoint],
             self._payload(request),
             self._headers(request),
-            request.first_byte_timeout,
+            request,
             self._timeouts.between_chunks_s,
+            self._error,
         )
-        if response.status != 200:
-            try:
-                body = await response.read()
-            finally:
-                response.close()
-            raise self._error(response.status, body, response.headers)
         return SseChunkStream(response, self.name)
 
     def _error(self, status: int, body: bytes, headers: dict[str, str]) -> UpstreamError:

@@ -7,11 +7,32 @@ from typing import Any
 
 import orjson
 
-from adapters.upstream.http_client import StreamResponse
+from adapters.upstream.http_client import HttpClient, StreamResponse
 from gateway.errors import UpstreamError
-from gateway.ports import Chunk
+from gateway.ports import Chunk, UpstreamRequest
 
 ChunkShaper = Callable[[dict[str, Any]], dict[str, Any] | None]
+ErrorOf = Callable[[int, bytes, dict[str, str]], UpstreamError]
+
+
+async def open_event_stream(
+    client: HttpClient,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    request: UpstreamRequest,
+    between_chunks_s: float,
+    error_of: ErrorOf,
+) -> StreamResponse:
+    """The upstream's answer to a streamed request, once it says 200; else its error, raised."""
+    response = await client.open_stream(url, body, headers, request.first_byte_timeout, between_chunks_s)
+    if response.status != 200:
+        try:
+            answer = await response.read()
+        finally:
+            response.close()
+        raise error_of(response.status, answer, response.headers)
+    return response
 
 
 async def sse_data(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

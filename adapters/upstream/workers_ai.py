@@ -17,7 +17,7 @@ import orjson
 
 from adapters.upstream import errors
 from adapters.upstream.http_client import HttpClient
-from adapters.upstream.sse import SseChunkStream
+from adapters.upstream.sse import SseChunkStream, open_event_stream
 from gateway.config import WorkersAIUpstream as WorkersAIConfig
 from gateway.errors import UpstreamError, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from gateway.exchange import Endpoint
@@ -142,19 +142,15 @@ class WorkersAIUpstream:
         return UpstreamResponse(200, data)
 
     async def stream(self, request: UpstreamRequest) -> ChunkStream:
-        response = await self._client.open_stream(
+        response = await open_event_stream(
+            self._client,
             self._url(request),
             self._payload(request),
             self._headers(request),
-            request.first_byte_timeout,
+            request,
             self._timeouts.between_chunks_s,
+            self._error,
         )
-        if response.status != 200:
-            try:
-                body = await response.read()
-            finally:
-                response.close()
-            raise self._error(response.status, body, response.headers)
         if self._native:
             shape = _native_chunk_shaper(request.model)
             return _NativeChunkStream(SseChunkStream(response, self.name, shape))
