@@ -8,7 +8,8 @@ operations are in `sqlite_tx.py`; this module runs them on one dedicated thread 
 (sqlite3 blocks) and translates SQLite's failures.
 
 Group commit: operations that arrive while the thread is busy run together in one
-transaction, each in its own savepoint (one failing is rolled back alone), so a loaded
+transaction, each in its own savepoint (one failing is rolled back alone; an operation
+alone needs none: its failure rolls back its transaction), so a loaded
 worker pays one lock and one commit for many requests. Writers also take an advisory lock
 on `<file>.lock` (flock) around each transaction: a process waiting for it is woken the
 moment it is free, where SQLite's busy handler sleeps a millisecond or more between tries.
@@ -128,6 +129,11 @@ class SQLiteStore:
         fcntl.flock(self._lock, fcntl.LOCK_EX)
         try:
             db.execute("BEGIN IMMEDIATE")
+            if len(batch) == 1:  # alone, the transaction is its savepoint (two statements fewer)
+                operation, args, _, _ = batch[0]
+                outcome = operation(db, self._clock_us(), *args)
+                db.execute("COMMIT")
+                return [outcome]
             for operation, args, _, _ in batch:
                 db.execute("SAVEPOINT operation")
                 try:
