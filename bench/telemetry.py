@@ -1,7 +1,7 @@
 """What telemetry costs: gateway throughput with tracing and metrics on, exporting to a
 receiver, against telemetry off, in the same run.
 
-    python -m bench.telemetry [--quick] [--rounds R] [--duration S] [--no-doc]
+    python -m bench.telemetry [--quick] [--rounds R] [--duration S] [--no-doc] [--only NAME,...]
 
 One gateway per configuration (2 workers, access log on, as `bench.overhead` runs it), all in
 front of the same fast upstream (nginx `return 200`, or the simulator), and one OTLP/HTTP sink
@@ -106,17 +106,17 @@ def dropped_spans(server: spine.Server) -> float:
     return 0.0
 
 
-def run(rounds: int, seconds: float, workers: int) -> dict[str, Any]:
+def run(rounds: int, seconds: float, workers: int, only: list[str]) -> dict[str, Any]:
     procs = spine.Processes()
     tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-telemetry-"))
     try:
         stack = spine.start_stack(procs, tmp, "auto", 1)
         sink = start_sink(stack)
-        servers = {name: start_gateway(stack, name, _telemetry(name, sink), workers) for name in CONFIGS}
+        servers = {name: start_gateway(stack, name, _telemetry(name, sink), workers) for name in only}
         script = spine.write_wrk_script(stack)
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CONFIGS}
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in only}
         for round_index in range(rounds):
-            order = list(CONFIGS) if round_index % 2 == 0 else list(reversed(CONFIGS))
+            order = list(only) if round_index % 2 == 0 else list(reversed(only))
             for name in order:
                 server = servers[name]
                 before = dropped_spans(server)
@@ -179,14 +179,17 @@ def section(meta: dict[str, Any], result: dict[str, Any]) -> str:
         )
     sink = result["sink"]
     foreign = max(c["foreign_cpu_pct"] for c in configs.values())
-    per_trace = configs["traced 100 %"]["cpu_ms_per_request"] - configs["metrics"]["cpu_ms_per_request"]
+    lines.append("")
+    if "traced 100 %" in configs and "metrics" in configs:
+        per_trace = configs["traced 100 %"]["cpu_ms_per_request"] - configs["metrics"]["cpu_ms_per_request"]
+        lines.append(
+            f"A traced request costs about {per_trace:.2f} ms more CPU than an untraced one here (its seven "
+            "spans recorded, encoded and sent; the sink's own CPU is not in the figure), so the loss "
+            "grows with the sampled share: under load, keep `traces.sampling_ratio` at a value that "
+            "fits the budget (a client's sampled `traceparent` still gets its request traced). "
+            "Metrics alone (the embedded default) cost next to nothing."
+        )
     lines += [
-        "",
-        f"A traced request costs about {per_trace:.2f} ms more CPU than an untraced one here (its seven "
-        "spans recorded, encoded and sent; the sink's own CPU is not in the figure), so the loss "
-        "grows with the sampled share: under load, keep `traces.sampling_ratio` at a value that "
-        "fits the budget (a client's sampled `traceparent` still gets its request traced). "
-        "Metrics alone (the embedded default) cost next to nothing.",
         f"The sink took {sink['posts']:,} exports ({sink['bytes'] / 1e6:,.1f} MB). "
         f"Foreign CPU during the runs: at most {foreign:.0f} % of the cores. "
         f"Raw: `{meta['results_file']}`.",
@@ -201,10 +204,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument(
+        "--only",
+        help=f"comma-separated configurations to run, of {', '.join(CONFIGS)} (implies --no-doc)",
+    )
     args = parser.parse_args(argv)
+    only = list(CONFIGS)
+    if args.only:
+        only = [name.strip() for name in args.only.split(",")]
+        unknown = [name for name in only if name not in CONFIGS]
+        if unknown:
+            parser.error(f"unknown configuration(s): {', '.join(unknown)}")
+        if "off" not in only:
+            only.insert(0, "off")  # the losses are against it
     rounds, duration = (1, 4.0) if args.quick else (args.rounds, args.duration)
     with spine.machine_lock():
-        result = run(rounds, duration, args.workers)
+        result = run(rounds, duration, args.workers, only)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     spine.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     results_file = spine.RESULTS_DIR / f"telemetry-{stamp}.json"
@@ -221,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     markdown = section(meta, result)
     print(markdown)
-    if not args.no_doc:
+    if not args.no_doc and only == list(CONFIGS):
         spine.update_doc("telemetry", markdown)
     return 0
 

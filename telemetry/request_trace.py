@@ -18,6 +18,7 @@ says it did.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -33,7 +34,7 @@ from gateway.tracing import RequestTrace
 from telemetry import names as n
 from telemetry import otlp_wire, traceparent
 from telemetry.labels import WorkflowLabels
-from telemetry.span_attributes import attempt_attributes, served_attributes, server_end_attributes
+from telemetry.span_attributes import FRESH, attempt_attributes, served_attributes, server_end_attributes
 from telemetry.span_queue import SpanQueue
 
 logger = logging.getLogger("tollgate.telemetry")
@@ -57,7 +58,9 @@ class SpanRecorder:
         self._ratio = sampling_ratio
         self.stage_spans = stage_spans
         self.workflows = workflows
-        self.scrub = scrub  # for attribute values an upstream chose (response model, finish reasons)
+        # For attribute values a client or an upstream chose (model alias, response model,
+        # finish reasons): the same few values recur, and scrubbing one costs about 10 µs.
+        self.scrub = _Remembered(scrub)
         self._servers: dict[str, tuple[str, int]] = {}  # replica URL -> (host, port)
 
     def begin(self, exchange: Exchange) -> RequestTrace:
@@ -79,6 +82,29 @@ class SpanRecorder:
             parts = urlsplit(url)
             default = 443 if parts.scheme == "https" else 80
             found = self._servers[url] = (parts.hostname or "", parts.port or default)
+        return found
+
+
+class _Remembered:
+    """A scrubber that remembers its answers for short values (a bounded table)."""
+
+    __slots__ = ("_answers", "_scrub")
+
+    MAX_VALUES = 1024
+    MAX_CHARS = 256
+
+    def __init__(self, scrub: Callable[[str], str]) -> None:
+        self._scrub = scrub
+        self._answers: dict[str, str] = {}
+
+    def __call__(self, value: str) -> str:
+        found = self._answers.get(value)
+        if found is None:
+            found = self._scrub(value)
+            if len(value) <= self.MAX_CHARS:
+                if len(self._answers) >= self.MAX_VALUES:
+                    self._answers.clear()
+                self._answers[value] = found
         return found
 
 
@@ -162,13 +188,22 @@ class SampledTrace:
     def _emit(self, exchange: Exchange) -> None:
         recorder = self._recorder
         completed = exchange.completed_at if exchange.completed_at is not None else time.monotonic()
-        request_id: dict[str, Any] = {n.REQUEST_ID: exchange.request_id}
-        spans = []
-        for name, started, ended, error in self._stages:
-            tags = request_id if error is None else {**request_id, n.ERROR_TYPE: error}
-            spans.append(
-                self._child(random.getrandbits(64), name, otlp_wire.INTERNAL, started, ended, tags, error)
+        offset = self._offset_ns
+        # Every span of the request carries its id: encoded once, shared by all of them.
+        request_id = otlp_wire.fresh_attribute(n.REQUEST_ID, exchange.request_id)
+        head = otlp_wire.SpanHead(self._trace, self._span, request_id)
+        spans = [
+            head.child(
+                random.getrandbits(64),
+                name,
+                otlp_wire.INTERNAL,
+                int(started * 1e9) + offset,
+                int(ended * 1e9) + offset,
+                b"" if error is None else otlp_wire.attribute(n.ERROR_TYPE, error),
+                error,
             )
+            for name, started, ended, error in self._stages
+        ]
         for attempt, span_id, attributes in self._attempts:
             error = None
             if attempt.ended_at is not None and attempt.error is None:
@@ -180,18 +215,19 @@ class SampledTrace:
                 if attempt.status:
                     attributes[n.HTTP_RESPONSE_STATUS_CODE] = attempt.status
                 ended = attempt.ended_at if attempt.ended_at is not None else completed
-            name = f"{exchange.endpoint.operation} {attempt.model}"
             spans.append(
-                self._child(span_id, name, otlp_wire.CLIENT, attempt.started_at, ended, attributes, error)
+                head.child(
+                    span_id,
+                    f"{exchange.endpoint.operation} {attempt.model}",
+                    otlp_wire.CLIENT,
+                    int(attempt.started_at * 1e9) + offset,
+                    int(ended * 1e9) + offset,
+                    otlp_wire.span_attributes(attributes, FRESH),
+                    error,
+                )
             )
         route = _ROUTES.get(exchange.endpoint.value, "")
-        server: dict[str, Any] = {
-            n.HTTP_REQUEST_METHOD: "POST",
-            n.HTTP_ROUTE: route,
-            n.URL_PATH: route,
-            **request_id,
-            **server_end_attributes(exchange, recorder.workflows.of(exchange)),
-        }
+        server = server_end_attributes(exchange, recorder.workflows.of(exchange), recorder.scrub)
         first_byte = exchange.first_byte_at
         spans.append(
             otlp_wire.span(
@@ -201,40 +237,23 @@ class SampledTrace:
                 parent_remote=True,
                 name=f"POST {route}",
                 kind=otlp_wire.SERVER,
-                start_ns=self._ns(exchange.received_at),
-                end_ns=self._ns(completed),
-                span_attributes=server,
+                start_ns=int(exchange.received_at * 1e9) + offset,
+                end_ns=int(completed * 1e9) + offset,
+                span_attributes=b"".join(
+                    (_server_route(route), request_id, otlp_wire.span_attributes(server, FRESH))
+                ),
                 # A client's error is not the server's (HTTP conventions): only 5xx fail it.
                 error=exchange.error_code or str(exchange.status) if exchange.status >= 500 else None,
-                events=() if first_byte is None else ((n.FIRST_TOKEN_EVENT, self._ns(first_byte)),),
+                events=() if first_byte is None else ((n.FIRST_TOKEN_EVENT, int(first_byte * 1e9) + offset),),
             )
         )
         recorder.emit(b"".join(spans), len(spans))
 
-    def _child(
-        self,
-        span_id: int,
-        name: str,
-        kind: int,
-        started: float,
-        ended: float,
-        attributes: dict[str, Any],
-        error: str | None,
-    ) -> bytes:
-        return otlp_wire.span(
-            self._trace,
-            span_id,
-            parent_id=self._span,
-            name=name,
-            kind=kind,
-            start_ns=self._ns(started),
-            end_ns=self._ns(ended),
-            span_attributes=attributes,
-            error=error,
-        )
 
-    def _ns(self, monotonic: float) -> int:
-        return int(monotonic * 1e9) + self._offset_ns
+@functools.cache
+def _server_route(route: str) -> bytes:
+    """The server span's HTTP attributes, for one of the few routes."""
+    return otlp_wire.span_attributes({n.HTTP_REQUEST_METHOD: "POST", n.HTTP_ROUTE: route, n.URL_PATH: route})
 
 
 class _NoSpan(contextlib.AbstractContextManager[None]):

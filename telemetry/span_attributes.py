@@ -2,8 +2,11 @@
 attempts, the gateway's own ids and outcome for the server span.
 
 Never message text, tool arguments, keys or header values: only ids the gateway made,
-configured names, numbers, and the few strings an upstream chooses (the response model and
-finish reasons), which go through the scrubber first.
+configured names, numbers, and the few strings a client or an upstream chooses (the model
+alias a client asked for, the response model and finish reasons), which go through the
+scrubber first (`SpanRecorder` remembers its answers for the values that recur).
+
+The request id is not here: every span of the request carries it (`request_trace`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,18 @@ from gateway.exchange import Attempt, Exchange
 from telemetry import names as n
 
 Attributes = dict[str, Any]
+
+# Attributes whose values are new for every request (ids, durations): encoded for the span,
+# not kept in `otlp_wire`'s table of recurring (attribute, value) pairs.
+FRESH = frozenset(
+    {
+        n.REQUEST_ID,
+        n.DECISION_ID,
+        n.GEN_AI_CONVERSATION_ID,
+        n.TIME_TO_FIRST_TOKEN,
+        n.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
+    }
+)
 
 # Request parameters that are plain numbers, copied to the attempt span when the body has them.
 _REQUEST_NUMBERS = (
@@ -35,7 +50,6 @@ def attempt_attributes(
         n.GEN_AI_REQUEST_MODEL: attempt.model,
         n.SERVER_ADDRESS: host,
         n.SERVER_PORT: port,
-        n.REQUEST_ID: exchange.request_id,
         n.UPSTREAM: attempt.upstream,
         n.REPLICA: attempt.replica,
         n.ATTEMPT: index,
@@ -82,7 +96,7 @@ def served_attributes(exchange: Exchange, attempt: Attempt, scrub: Callable[[str
     return attributes
 
 
-def server_end_attributes(exchange: Exchange, workflow: str) -> Attributes:
+def server_end_attributes(exchange: Exchange, workflow: str, scrub: Callable[[str], str]) -> Attributes:
     """Who asked, for what, and what became of it."""
     attributes: Attributes = {
         n.HTTP_RESPONSE_STATUS_CODE: exchange.status,
@@ -94,7 +108,7 @@ def server_end_attributes(exchange: Exchange, workflow: str) -> Attributes:
         attributes[n.TENANT] = principal.tenant.name
         attributes[n.KEY_ID] = principal.key_id
     if exchange.model_alias:
-        attributes[n.MODEL_ALIAS] = exchange.model_alias
+        attributes[n.MODEL_ALIAS] = scrub(exchange.model_alias)  # the client's choice
     if exchange.session_key:
         attributes[n.GEN_AI_CONVERSATION_ID] = exchange.session_key
     if exchange.error_code:

@@ -63,16 +63,26 @@ class SpanQueue:
             self._wake.set()
 
     def _run(self) -> None:
+        # Full batches go as soon as they are full; what is left of the queue goes once an
+        # interval has passed since the last time it was emptied. Sending whatever arrived
+        # while the previous batch was on the wire would make the batches as small as the
+        # collector is quick, and a request pays for its share of every export.
+        emptied = time.monotonic()
         while not self._stopping:
-            self._wake.wait(self._interval_s)
+            self._wake.wait(max(0.0, emptied + self._interval_s - time.monotonic()))
             self._wake.clear()
-            self._drain()
-        self._drain()
+            due = time.monotonic() >= emptied + self._interval_s
+            self._drain(everything=due)
+            if due:
+                emptied = time.monotonic()
+        self._drain(everything=True)
 
-    def _drain(self) -> None:
+    def _drain(self, *, everything: bool) -> None:
         queue = self._queue
         failed_before = self.export_failed
-        while queue and not (self._stopping and time.monotonic() > self._stop_by):
+        while queue and (everything or self._put - self._taken >= self._batch):
+            if self._stopping and time.monotonic() > self._stop_by:
+                break
             batch: list[bytes] = []
             spans = 0
             while queue and spans < self._batch:
