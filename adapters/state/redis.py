@@ -56,13 +56,18 @@ class RedisStore:
             *(base + "q:" + rate.counter for rate in request.rates),
             *(base + "c:" + budget.counter for budget in request.budgets),
         )
-        numbers = [len(request.rates), len(request.budgets), round(request.lease_s * 1_000_000)]
+        args: list[str | int] = [
+            len(request.rates),
+            len(request.budgets),
+            round(request.lease_s * 1_000_000),
+            base + "r:",
+            request.reservation_id,
+        ]
         for rate in request.rates:
-            numbers += [rate.increment_us, rate.per_minute]
+            args += (rate.increment_us, rate.per_minute)
         for budget in request.budgets:
-            numbers += [budget.amount, budget.limit, 1 if budget.hard else 0, budget.expires_at]
-        args = (base + "r:", request.reservation_id, _joined(numbers))
-        reply = await self._wire.script(self._reserve, keys, args)
+            args += (budget.amount, budget.limit, 1 if budget.hard else 0, budget.expires_at)
+        reply = await self._wire.script(self._reserve, keys, tuple(args))
         nb = len(request.budgets)
         used = tuple(int(v) for v in reply[1 : 1 + nb])
         rates = []
@@ -82,17 +87,21 @@ class RedisStore:
             *(base + "c:" + counter for counter, _, _ in settlement.spent),
             *(base + "q:" + refund.counter for refund in settlement.refunds),
         ]
-        numbers = [len(settlement.spent), len(settlement.refunds), settlement.keep_s * 1000]
+        args: list[str | int] = [
+            len(settlement.spent),
+            len(settlement.refunds),
+            settlement.keep_s * 1000,
+            settlement.reservation_id,
+            f"{entry.key_id}\t{entry.model}\t" if entry else "",
+        ]
         for _, amount, expires_at in settlement.spent:
-            numbers += [amount, expires_at]
-        numbers += [refund.increment_us for refund in settlement.refunds]
+            args += (amount, expires_at)
+        args += [refund.increment_us for refund in settlement.refunds]
         if entry is not None:
             keys.append(base + "l:" + entry.day)
-            numbers += [entry.requests, entry.prompt_tokens, entry.cached_tokens]
-            numbers += [entry.completion_tokens, entry.cost_micros]
-        prefix = f"{entry.key_id}\t{entry.model}\t" if entry else ""
-        args = (settlement.reservation_id, prefix, _joined(numbers))
-        return bool(await self._wire.script(self._settle, tuple(keys), args) == 1)
+            args += (entry.requests, entry.prompt_tokens, entry.cached_tokens)
+            args += (entry.completion_tokens, entry.cost_micros)
+        return bool(await self._wire.script(self._settle, tuple(keys), tuple(args)) == 1)
 
     async def counters(self, tenant: str, counters: tuple[str, ...]) -> tuple[int, ...]:
         base = self._base(tenant)
@@ -149,10 +158,6 @@ def _checked(describe: str, reply: Any) -> Any:
     if isinstance(reply, ReplyError):
         raise unavailable(describe, reply)
     return reply
-
-
-def _joined(numbers: list[int]) -> str:
-    return " ".join(map(str, numbers))
 
 
 def _days(since: str, until: str) -> list[str]:

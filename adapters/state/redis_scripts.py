@@ -44,19 +44,14 @@ end
 """
 
 # KEYS: leases, reservation, rate keys (nr), budget counter keys (nb)
-# ARGV (wire: reservation prefix, reservation id, then the numbers in one string):
-#       nr, nb, lease_us, reservation prefix, reservation id, then per rate (inc_us, per_minute),
-#       then per budget (amount, limit, hard 0|1, expires_at unix s)
+# ARGV: nr, nb, lease_us, reservation prefix, reservation id, then per rate (inc_us, per_minute),
+#       then per budget (amount, limit, hard 0|1, expires_at unix s); integers as decimal text.
 # Returns {admitted 0|1, used per budget..., per rate (remaining, backlog_us, retry_us)...}
+# (Each redis.call costs a microsecond or two inside Redis: the scripts make as few as they can.)
 RESERVE = (
     _PRELUDE
     + """
--- ARGV[3] carries every number, space-separated (far cheaper to send than one argument each);
--- A is the argument list as documented above.
-local A = {}
-for v in string.gmatch(ARGV[3], '%S+') do A[#A + 1] = v end
-table.insert(A, 4, ARGV[1])
-table.insert(A, 5, ARGV[2])
+local A = ARGV
 local nr, nb = tonumber(A[1]), tonumber(A[2])
 sweep(KEYS[1], A[4])
 local ok = true
@@ -81,16 +76,17 @@ if ok then
     local ttl = math.floor((new_tats[i] - now) / 1000) + 1000
     redis.call('SET', KEYS[2 + i], n(new_tats[i]), 'PX', n(ttl))
   end
-  local rk = KEYS[2]
-  redis.call('HSET', rk, 's', 'o')
+  local record = {'s', 'o'}
   for j = 1, nb do
     local a = base + 4 * (j - 1)
-    local key, amount = KEYS[2 + nr + j], tonumber(A[a + 1])
-    redis.call('HINCRBY', key, 'reserved', n(amount))
+    local key, amount = KEYS[2 + nr + j], A[a + 1]
+    redis.call('HINCRBY', key, 'reserved', amount)
     redis.call('EXPIREAT', key, A[a + 4])
-    redis.call('HSET', rk, 'b:' .. key, n(amount))
-    used_now[j] = used_now[j] + amount
+    record[#record + 1] = 'b:' .. key
+    record[#record + 1] = amount
+    used_now[j] = used_now[j] + tonumber(amount)
   end
+  redis.call('HSET', KEYS[2], unpack(record))
   redis.call('ZADD', KEYS[1], n(now + tonumber(A[3])), A[5])
 end
 local out = {ok and 1 or 0}
@@ -113,25 +109,22 @@ return out
 )
 
 # KEYS: leases, reservation, spent counter keys (ns), refunded rate keys (nr), ledger key (0 or 1)
-# ARGV (wire: reservation id, ledger field prefix, then the numbers in one string):
-#       ns, nr, keep_ms, reservation id, ledger field prefix, then per spent (amount, expires_at),
+# ARGV: ns, nr, keep_ms, reservation id, ledger field prefix, then per spent (amount, expires_at),
 #       then per refund inc_us, then (if a ledger key) requests, prompt, cached, completion, cost
 # Returns 1 if applied, 0 if that id was already settled.
 SETTLE = (
     _PRELUDE
     + """
--- ARGV[3] carries every number, space-separated (far cheaper to send than one argument each);
--- A is the argument list as documented above.
-local A = {}
-for v in string.gmatch(ARGV[3], '%S+') do A[#A + 1] = v end
-table.insert(A, 4, ARGV[1])
-table.insert(A, 5, ARGV[2])
+local A = ARGV
 local ns, nr = tonumber(A[1]), tonumber(A[2])
 local rk = KEYS[2]
-local state = redis.call('HGET', rk, 's')
+local fields = redis.call('HGETALL', rk)
+local state = nil
+for i = 1, #fields, 2 do
+  if fields[i] == 's' then state = fields[i + 1] end
+end
 if state == 's' then return 0 end
 if state == 'o' then
-  local fields = redis.call('HGETALL', rk)
   for i = 1, #fields, 2 do
     if string.sub(fields[i], 1, 2) == 'b:' then
       redis.call('HINCRBY', string.sub(fields[i], 3), 'reserved', n(-tonumber(fields[i + 1])))
@@ -162,7 +155,7 @@ if lk then
   redis.call('HINCRBY', lk, p .. 'completion_tokens', A[a + 4])
   redis.call('HINCRBY', lk, p .. 'cost_micros', A[a + 5])
 end
-redis.call('DEL', rk)
+if #fields > 0 then redis.call('DEL', rk) end
 redis.call('HSET', rk, 's', 's')
 redis.call('PEXPIRE', rk, A[3])
 return 1
