@@ -7,6 +7,7 @@ import base64
 import binascii
 import ipaddress
 import re
+import string
 
 import orjson
 
@@ -25,13 +26,30 @@ IBAN_LENGTHS = {
 
 
 _NOT_DIGITS = re.compile(r"[^0-9]+")
+_NON_DIGIT_BYTES = bytes(b for b in range(128) if not 0x30 <= b <= 0x39)
+_DOUBLED = bytes.maketrans(b"0123456789", bytes((0, 2, 4, 6, 8, 1, 3, 5, 7, 9)))
+# Letters as the numbers mod-97 uses (A = 10 ... Z = 35); digits stay as they are.
+_IBAN_LETTERS = {ord(c): str(int(c, 36)) for c in string.ascii_letters}
 
 
 def digits_of(text: str) -> str:
+    if text.isascii():  # every candidate: the patterns are ASCII
+        return text.encode("ascii").translate(None, _NON_DIGIT_BYTES).decode("ascii")
     return _NOT_DIGITS.sub("", text)
 
 
 def luhn_valid(number: str) -> bool:
+    if number.isascii() and number.isdigit():
+        # Bytes "0".."9" are 48..57: the digits kept as they are, from the right, add up to
+        # their bytes' sum less 48 each; the others are doubled (digit sum) by the table.
+        data = number.encode("ascii")
+        kept = data[-1::-2]
+        total = sum(kept) - 48 * len(kept) + sum(data[-2::-2].translate(_DOUBLED))
+        return total % 10 == 0
+    return _luhn_valid_slow(number)
+
+
+def _luhn_valid_slow(number: str) -> bool:
     total = 0
     for position, char in enumerate(reversed(number)):
         digit = ord(char) - 48
@@ -45,35 +63,32 @@ def luhn_valid(number: str) -> bool:
 
 def _card_issuer_known(number: str) -> bool:
     """Visa, Mastercard, Amex, Discover, JCB, Diners, UnionPay, Maestro: the issuer ranges
-    in use, so that a Luhn-valid order number (one in ten is) is not taken for a card."""
+    in use, so that a Luhn-valid order number (one in ten is) is not taken for a card.
+    `number` is ASCII digits, so prefixes of one length compare as their numbers do."""
     length = len(number)
-    two, four = int(number[:2]), int(number[:4])
+    two, three, four = number[:2], number[:3], number[:4]
     if number[0] == "4":
         return length in (13, 16, 19)
-    if 51 <= two <= 55 or 2221 <= four <= 2720:
+    if "51" <= two <= "55" or "2221" <= four <= "2720":
         return length == 16
-    if two in (34, 37):
+    if two in ("34", "37"):
         return length == 15
-    if (
-        number.startswith(("6011", "65"))
-        or 644 <= int(number[:3]) <= 649
-        or 622126 <= int(number[:6]) <= 622925
-    ):
+    if four == "6011" or two == "65" or "644" <= three <= "649" or "622126" <= number[:6] <= "622925":
         return 16 <= length <= 19
-    if 3528 <= four <= 3589:
+    if "3528" <= four <= "3589":
         return 16 <= length <= 19
-    if two in (36, 38, 39) or 300 <= int(number[:3]) <= 305:
+    if two in ("36", "38", "39") or "300" <= three <= "305":
         return 14 <= length <= 19
-    if two == 62 or two in (50, 56, 57, 58) or number[0] == "6":
+    if two in ("62", "50", "56", "57", "58") or number[0] == "6":
         return 16 <= length <= 19
     return False
 
 
 def card_number_valid(text: str) -> bool:
+    if " " in text and "-" in text:  # "4111 1111-1111 1111" is not how anyone writes a card number
+        return False
     number = digits_of(text)
     if not 13 <= len(number) <= 19:
-        return False
-    if " " in text and "-" in text:  # "4111 1111-1111 1111" is not how anyone writes a card number
         return False
     return _card_issuer_known(number) and luhn_valid(number)
 
@@ -83,6 +98,8 @@ def iban_valid(text: str) -> bool:
     if IBAN_LENGTHS.get(compact[:2]) != len(compact):
         return False
     rearranged = compact[4:] + compact[:4]
+    if rearranged.isascii() and rearranged.isalnum():
+        return int(rearranged.translate(_IBAN_LETTERS)) % 97 == 1
     return int("".join(str(int(c, 36)) for c in rearranged)) % 97 == 1
 
 
@@ -98,23 +115,68 @@ def phone_valid(text: str) -> bool:
     return 10 <= count <= 11
 
 
+_IPV4_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
+_IPV4 = re.compile(rf"{_IPV4_OCTET}(?:\.{_IPV4_OCTET}){{3}}", re.ASCII)
+
+
 def ipv4_valid(text: str) -> bool:
-    try:
-        ipaddress.IPv4Address(text)
-    except ValueError:
-        return False
-    return True
+    """What `ipaddress.IPv4Address` accepts (four decimal octets up to 255, no leading zero),
+    in one match rather than an object built for every dotted number."""
+    return _IPV4.fullmatch(text) is not None
 
 
 def ipv6_valid(text: str) -> bool:
     # "a::b" or "::1" in code and prose is rarely an address; require some substance.
     if len(text) < 6 or text.count(":") < 2:
         return False
-    try:
-        ipaddress.IPv6Address(text)
-    except ValueError:
+    if "/" in text or "%" in text or not text.isascii():
+        try:
+            ipaddress.IPv6Address(text)
+        except ValueError:
+            return False
+        return True
+    return _ipv6_parses(text)
+
+
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def _ipv6_parses(text: str) -> bool:
+    """What `ipaddress.IPv6Address` accepts for ASCII text without "/" or "%": its rules, step
+    by step (`_BaseV6._ip_int_from_string`), without building one."""
+    parts = text.split(":")
+    if len(parts) < 3:
         return False
-    return True
+    if "." in parts[-1]:  # a trailing IPv4 address stands for the last two groups
+        if not ipv4_valid(parts.pop()):
+            return False
+        parts += ("0", "0")
+    if len(parts) > 9:
+        return False
+    skip: int | None = None  # where "::" is
+    for index in range(1, len(parts) - 1):
+        if not parts[index]:
+            if skip is not None:
+                return False  # at most one "::"
+            skip = index
+    if skip is not None:
+        high, low = skip, len(parts) - skip - 1  # groups before and after the "::"
+        if not parts[0]:
+            high -= 1
+            if high:
+                return False  # a leading ":" only as part of "::"
+        if not parts[-1]:
+            low -= 1
+            if low:
+                return False  # a trailing ":" likewise
+        if high + low > 7:
+            return False  # "::" stands for one group at least
+    elif len(parts) != 8 or not parts[0] or not parts[-1]:
+        return False
+    else:
+        high, low = 8, 0
+    groups = parts[:high] + parts[len(parts) - low :]
+    return all(0 < len(group) <= 4 and _HEX_DIGITS.issuperset(group) for group in groups)
 
 
 def jwt_valid(text: str) -> bool:

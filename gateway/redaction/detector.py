@@ -20,19 +20,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import regex
 
 from gateway.redaction.entities import LOOKAHEAD, EntityKind
-from gateway.redaction.prefilter import Prefilter, compilable, max_width
+from gateway.redaction.prefilter import Prefilter, compilable, max_width, min_width
 
 _UNBOUNDED = 1 << 62
 
 
-@dataclass(frozen=True, slots=True)
-class Found:
-    """One entity: `start`/`end` delimit what is replaced, `whole_*` the whole match."""
+class Found(NamedTuple):
+    """One entity: `start`/`end` delimit what is replaced, `whole_*` the whole match.
+
+    A named tuple rather than a frozen dataclass: as immutable, and made five times faster
+    (a 100 KB request makes about a hundred)."""
 
     start: int
     end: int
@@ -49,6 +51,7 @@ class _Exact:
     check: Callable[[str], bool] | None
     value_group: bool
     width: int  # the longest match (the text's length when unknown)
+    shortest: int  # the shortest whole match (0 when unknown)
 
     def accept(self, match: Any) -> Found | None:
         if self.value_group:
@@ -75,7 +78,13 @@ class Catalog:
                 compiled = regex.compile(source, flags)
                 width = max_width(source)
                 exact = _Exact(
-                    kind.name, order, compiled, kind.check, "v" in compiled.groupindex, width or _UNBOUNDED
+                    kind.name,
+                    order,
+                    compiled,
+                    kind.check,
+                    "v" in compiled.groupindex,
+                    width or _UNBOUNDED,
+                    min_width(source),
                 )
                 # A non-ASCII pattern cannot be prefiltered on "?"-substituted bytes.
                 if (
@@ -98,16 +107,26 @@ class Catalog:
         return Detector(self, self.names if names is None else frozenset(names) & self.names)
 
     def find(self, text: str, names: frozenset[str]) -> list[Found]:
-        accepted: list[Found] = []
+        hits: list[_Hit] = []
+        prefiltered = self._prefiltered
         for index, regions in self._prefilter.regions(text).items():
-            exact = self._prefiltered[index]
+            exact = prefiltered[index]
             if exact.kind in names:
-                for start, end in regions:
-                    _search(exact, text, start, end, accepted)
+                _confirm(exact, text, regions, hits)
         for exact in self._unfiltered:
             if exact.kind in names:
-                _search(exact, text, 0, len(text), accepted)
-        return disjoint(accepted, self._order)
+                _confirm(exact, text, ((0, len(text)),), hits)
+        if len(hits) < 2:
+            return [hit[4] for hit in hits]
+        # disjoint(), on tuples that sort by themselves: no key function, no lookups.
+        hits.sort()
+        result: list[Found] = []
+        end = -1
+        for start, _, _, _, found in hits:
+            if start >= end:
+                result.append(found)
+                end = found.end
+        return result
 
     def scan(self, text: str, pos: int, final: bool, names: frozenset[str]) -> tuple[list[Found], int]:
         size = len(text)
@@ -143,16 +162,43 @@ class Catalog:
         return self._orders[kind]
 
 
-def _search(exact: _Exact, text: str, pos: int, region_end: int, into: list[Found]) -> None:
-    """Matches starting in [pos, region_end). The text is cut a whole match's width (and the
-    look-ahead) beyond, so that no match starting in the region ever sees the cut."""
+# (start, start - end, catalog order, arrival, entity): sorts as `disjoint` orders, ties stable.
+_Hit = tuple[int, int, int, int, Found]
+
+
+def _confirm(exact: _Exact, text: str, regions: Iterable[Sequence[int]], into: list[_Hit]) -> None:
+    """The accepted matches starting in each region (start, end), as `_Exact.accept` and `_next`
+    would find them, appended to `into`. The text is cut a whole match's width (and the
+    look-ahead) beyond a region, so that no match starting in it ever sees the cut.
+
+    Every match starting in a region also ends in it (the prefilter reported its end, or
+    one character after it for a consumed look-ahead), so the search stops as soon as what
+    is left of the region is shorter than the pattern's shortest match: a region holding
+    one entity costs one search, not a second one over a whole match's width."""
     search = exact.pattern.search
-    endpos = min(len(text), region_end + exact.width + LOOKAHEAD)
-    while (match := search(text, pos, endpos)) is not None and match.start() < region_end:
-        found = exact.accept(match)
-        if found is not None:
-            into.append(found)
-        pos = _next(match, found)
+    check = exact.check
+    value_group = exact.value_group
+    kind = exact.kind
+    order = exact.order
+    reach = exact.width + LOOKAHEAD
+    shortest = exact.shortest
+    size = len(text)
+    for region_start, region_end in regions:
+        pos = region_start
+        endpos = min(size, region_end + reach)
+        last = region_end - shortest  # the last start that leaves room for a match
+        while pos <= last and (match := search(text, pos, endpos)) is not None:
+            whole_start, whole_end = match.span()
+            if whole_start >= region_end:
+                break
+            start, end = match.span("v") if value_group else (whole_start, whole_end)
+            if start == end or (check is not None and not check(text[start:end])):
+                pos = whole_start + 1
+                continue
+            into.append(
+                (start, start - end, order, len(into), Found(start, end, kind, whole_start, whole_end))
+            )
+            pos = whole_end if whole_end > whole_start else whole_start + 1
 
 
 def _next(match: Any, found: Found | None) -> int:

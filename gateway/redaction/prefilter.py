@@ -118,6 +118,15 @@ def max_width(pattern: str) -> int | None:
     return width if width <= _WIDEST else None
 
 
+def min_width(pattern: str) -> int:
+    """The shortest text `pattern` can match (0 when unknown)."""
+    try:
+        width: int = re._parser.parse(pattern).getwidth()[0]  # type: ignore[attr-defined]
+    except (re.error, AttributeError, RecursionError):
+        return 0
+    return width
+
+
 def compilable(pattern: str) -> bool:
     """Whether Hyperscan accepts the loosened form of `pattern`."""
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -76,4 +78,26 @@ def test_prefiltered_find_equals_the_exact_scan(pieces: list[str]) -> None:
     text = "".join(pieces)
     found, hold = ALL.scan(text, 0, final=True)
     assert hold == len(text)
+    assert ALL.find(text) == found
+
+
+def _long_text(seed: int) -> str:
+    """Some KB of prose, numbers, code and entities (every corpus piece, near-misses too), so
+    that prefilter regions hold several entities, look-alikes and overlaps."""
+    rnd = random.Random(seed)
+    words = ["the", "order", "ref", "x = [1, 2]", "port 8080", "ts=1715950000", "v1.2.3", "a::b", "@app"]
+    words += ["2024-05-17T12:30:45Z", "id 9f8e7d6c", "HTTP/1.1", "-", ".", "\n", "Bearer", "key:", "0", "+"]
+    out = []
+    for _ in range(1500):
+        out.append(rnd.choice(_PIECES) if rnd.random() < 0.08 else rnd.choice(words))
+        out.append(rnd.choice((" ", " ", " ", "", ", ", "\n", "-", ".")))
+    return "".join(out)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_prefiltered_find_equals_the_exact_scan_on_long_texts(seed: int) -> None:
+    text = _long_text(seed)
+    found, hold = ALL.scan(text, 0, final=True)
+    assert hold == len(text)
+    assert len(found) > 25
     assert ALL.find(text) == found
