@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime
 
@@ -64,13 +64,15 @@ class Meter:
         self._bands = bands
         self._clock = clock
         self._cached_periods: tuple[date, Periods] | None = None
+        # id(plan) -> (the plan, kept so its id stays its own; periods; counters)
+        self._counter_cache: dict[int, tuple[MeterPlan, Periods, tuple[tuple[str, int], ...]]] = {}
 
     async def __call__(self, exchange: Exchange) -> None:
         principal = exchange.principal
         if principal is None:
             raise RuntimeError("meter runs after admit: the request has no principal")
         plan = self._plans.for_principal(principal)
-        ticket = MeterTicket(uuid.uuid4().hex, plan, self._periods())
+        ticket = MeterTicket(os.urandom(16).hex(), plan, self._periods())
         exchange.meter = ticket
         key = exchange.headers.get(IDEMPOTENCY_HEADER)
         try:
@@ -195,18 +197,13 @@ class Meter:
         price: Price | None,
         exchange: Exchange,
     ) -> ReserveRequest:
-        periods = ticket.periods
+        usd = price.cost_micros(input_tokens, 0, output_tokens) if price else 0
+        tokens = input_tokens + output_tokens
         budgets = tuple(
-            BudgetCharge(
-                b.counter(periods),
-                (price.cost_micros(input_tokens, 0, output_tokens) if price else 0)
-                if b.unit == "usd"
-                else input_tokens + output_tokens,
-                b.limit,
-                b.hard,
-                b.expires_at(periods),
+            BudgetCharge(counter, usd if b.unit == "usd" else tokens, b.limit, b.hard, expires_at)
+            for b, (counter, expires_at) in zip(
+                plan.budgets, self._counters(plan, ticket.periods), strict=True
             )
-            for b in plan.budgets
         )
         rates = []
         for limit in plan.rates:
@@ -215,6 +212,16 @@ class Meter:
                 raise refusals.too_large_for_rate(tenant, limit, cost)
             rates.append(RateCharge(limit.counter, cost, limit.per_minute))
         return ReserveRequest(tenant, ticket.reservation_id, budgets, tuple(rates), self._lease_s(exchange))
+
+    def _counters(self, plan: MeterPlan, periods: Periods) -> tuple[tuple[str, int], ...]:
+        """The store counter and its expiry of each of the plan's budgets in these periods
+        (built once a day per plan)."""
+        cached = self._counter_cache.get(id(plan))
+        if cached is not None and cached[0] is plan and cached[1] is periods:
+            return cached[2]
+        counters = tuple((b.counter(periods), b.expires_at(periods)) for b in plan.budgets)
+        self._counter_cache[id(plan)] = (plan, periods, counters)
+        return counters
 
     def _fitting_output(
         self, plan: MeterPlan, used: Sequence[int], input_tokens: int, price: Price | None

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from gateway.config import PriceConfig
 
 PER_MILLION = 1_000_000
+_WORST_CACHE_SIZE = 1024
 
 DEFAULT_PRICES_USD: Mapping[str, tuple[float, float, float]] = {
     # (input, cached input, output) dollars per million tokens, from Cloudflare's model pages.
@@ -44,6 +45,7 @@ class Price:
 class PriceBook:
     def __init__(self, prices: Mapping[str, Price]) -> None:
         self._prices = dict(prices)
+        self._worst: dict[tuple[str, ...], Price | None] = {}  # per candidate list: few, from config
 
     @classmethod
     def from_config(cls, overrides: Mapping[str, PriceConfig]) -> PriceBook:
@@ -59,12 +61,20 @@ class PriceBook:
     def worst(self, models: Iterable[str]) -> Price | None:
         """The highest of each price among these models (a fallback may cost more); None
         when none of them has a price, so the request is metered in tokens only."""
-        known = [p for p in (self._prices.get(m) for m in models) if p is not None]
-        if not known:
-            return None
-        return Price(
-            max(p.input for p in known), max(p.cached_input for p in known), max(p.output for p in known)
-        )
+        key = tuple(models)
+        try:
+            return self._worst[key]
+        except KeyError:
+            pass
+        known = [p for p in (self._prices.get(m) for m in key) if p is not None]
+        worst = None
+        if known:
+            inputs, cached, outputs = zip(*((p.input, p.cached_input, p.output) for p in known), strict=True)
+            worst = Price(max(inputs), max(cached), max(outputs))
+        if len(self._worst) >= _WORST_CACHE_SIZE:
+            self._worst.clear()
+        self._worst[key] = worst
+        return worst
 
 
 def _micros(usd: float) -> int:

@@ -14,17 +14,32 @@ from gateway.metering.records import RateState
 _UNIT_NAMES = {"requests": "requests per minute (RPM)", "tokens": "tokens per minute (TPM)"}
 
 
+_HEADER_NAMES = {
+    unit: (f"x-ratelimit-limit-{unit}", f"x-ratelimit-remaining-{unit}", f"x-ratelimit-reset-{unit}")
+    for unit in ("requests", "tokens")
+}
+
+
 def rate_headers(limits: Sequence[RateLimit], states: Sequence[RateState]) -> dict[str, str]:
-    """For requests and for tokens, the limit with the least remaining (tenant or key)."""
+    """For requests and for tokens, the limit with the least remaining (tenant or key; on a
+    tie, the one furthest from reset, then the first)."""
+    tightest: dict[str, RateState] = {}
+    for limit, state in zip(limits, states, strict=True):
+        best = tightest.get(limit.unit)
+        if (
+            best is None
+            or state.remaining < best.remaining
+            or (state.remaining == best.remaining and state.reset_s > best.reset_s)
+        ):
+            tightest[limit.unit] = state
     headers: dict[str, str] = {}
-    for unit in ("requests", "tokens"):
-        pairs = [(lim, st) for lim, st in zip(limits, states, strict=True) if lim.unit == unit]
-        if not pairs:
+    for unit, (limit_name, remaining_name, reset_name) in _HEADER_NAMES.items():
+        shown = tightest.get(unit)
+        if shown is None:
             continue
-        _, state = min(pairs, key=lambda pair: (pair[1].remaining, -pair[1].reset_s))
-        headers[f"x-ratelimit-limit-{unit}"] = str(state.per_minute)
-        headers[f"x-ratelimit-remaining-{unit}"] = str(state.remaining)
-        headers[f"x-ratelimit-reset-{unit}"] = duration(state.reset_s)
+        headers[limit_name] = str(shown.per_minute)
+        headers[remaining_name] = str(shown.remaining)
+        headers[reset_name] = duration(shown.reset_s)
     return headers
 
 

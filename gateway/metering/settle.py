@@ -95,9 +95,16 @@ class Settle:
         price = self._prices.get(served.model) if served else None
         cost = price.cost_micros(prompt, cached, completion) if price else 0
         periods = ticket.periods
+        tokens = prompt + completion
+        # The counters reserved on (the plan's budgets, in order), else those of the periods.
+        counters = (
+            [(c.counter, c.expires_at) for c in ticket.budgets]
+            if ticket.budgets
+            else [(b.counter(periods), b.expires_at(periods)) for b in ticket.plan.budgets]
+        )
         spent = tuple(
-            (b.counter(periods), cost if b.unit == "usd" else prompt + completion, b.expires_at(periods))
-            for b in ticket.plan.budgets
+            (counter, cost if b.unit == "usd" else tokens, expires_at)
+            for b, (counter, expires_at) in zip(ticket.plan.budgets, counters, strict=True)
         )
         refunds = tuple(
             RateCharge(charge.counter, charge.cost - (prompt + completion), charge.per_minute)
