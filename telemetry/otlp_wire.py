@@ -30,7 +30,7 @@ resource/v1/resource}.proto.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 INTERNAL, SERVER, CLIENT = 1, 2, 3  # Span.SpanKind
@@ -90,35 +90,73 @@ def _key_value(field: int, key: str, value: Any) -> bytes:
 
 _SPAN_ATTRIBUTE = 9  # Span.attributes
 _CACHE_MAX = 4096
-# (key, value) -> the encoded Span.attributes field, for the pairs that recur.
-_encoded: dict[tuple[str, type, Any], bytes] = {}
+# (key, value) or (key, type, value) -> the encoded Span.attributes field, for recurring pairs.
+_encoded: dict[tuple[Any, ...], bytes] = {}
+_keys: dict[str, bytes] = {}  # attribute name -> its encoded KeyValue.key field
+
+
+def _length(size: int) -> bytes:
+    if size < 0x80:
+        return _SMALL[size]
+    return _varint(size)
+
+
+def fresh_attribute(key: str, value: Any) -> bytes:
+    """One span attribute, encoded and not kept: for a value that is new every time (an id,
+    a duration)."""
+    encoded_key = _keys.get(key)
+    if encoded_key is None:
+        encoded_key = _keys[key] = _field(1, key.encode())
+    any_value: bytes
+    if isinstance(value, str):
+        data = value.encode()
+        any_value = b"\x0a" + _length(len(data)) + data  # AnyValue.string_value
+    elif value.__class__ is float:
+        any_value = b"\x21" + _DOUBLE(value)  # AnyValue.double_value
+    else:
+        any_value = _any_value(value)
+    pair = encoded_key + b"\x12" + _length(len(any_value)) + any_value  # KeyValue.value
+    return b"\x4a" + _length(len(pair)) + pair  # Span.attributes (9, length-delimited)
 
 
 def attribute(key: str, value: Any) -> bytes:
     """One span attribute, kept encoded: for the (key, value) pairs that recur from request to
-    request. A value that is new every time (an id, a duration) should go to `fresh_attribute`
-    instead, or it pushes the recurring pairs out of the table."""
-    # The type too: True == 1 == 1.0 as dict keys, and each is encoded differently.
-    cache_key = (key, value.__class__, tuple(value) if isinstance(value, list) else value)
+    request. A value that is new every time should go to `fresh_attribute` instead, or it
+    pushes the recurring pairs out of the table."""
+    # A string is never equal to a value of another type; True == 1 == 1.0 are, and each is
+    # encoded differently, so other values are told apart by their type too.
+    if value.__class__ is str:
+        cache_key: tuple[Any, ...] = (key, value)
+    else:
+        cache_key = (key, value.__class__, tuple(value) if isinstance(value, list) else value)
     found = _encoded.get(cache_key)
     if found is None:
-        found = _key_value(_SPAN_ATTRIBUTE, key, value)
+        found = fresh_attribute(key, value)
         if len(_encoded) >= _CACHE_MAX:
             _encoded.clear()  # values a client can vary (e.g. token counts): start over
         _encoded[cache_key] = found
     return found
 
 
-def fresh_attribute(key: str, value: Any) -> bytes:
-    """One span attribute, encoded and not kept."""
-    return _key_value(_SPAN_ATTRIBUTE, key, value)
+def span_attributes(values: Mapping[str, Any]) -> bytes:
+    """`values` as Span.attributes fields (not kept encoded)."""
+    return b"".join([fresh_attribute(key, value) for key, value in values.items()])
 
 
-def span_attributes(values: Mapping[str, Any], fresh: frozenset[str] = frozenset()) -> bytes:
-    """`values` as Span.attributes fields; the keys in `fresh` are not kept encoded."""
-    return b"".join(
-        [_key_value(_SPAN_ATTRIBUTE, k, v) if k in fresh else attribute(k, v) for k, v in values.items()]
-    )
+_groups: dict[tuple[Any, ...], bytes] = {}
+
+
+def group(key: tuple[Any, ...], values: Callable[[], Mapping[str, Any]]) -> bytes:
+    """Span attributes that go together and recur together (the route of an attempt, the
+    outcome of a request), kept encoded under `key`, which must tell every distinct group
+    apart: `values()` is called only for a key not seen yet."""
+    found = _groups.get(key)
+    if found is None:
+        found = span_attributes(values())
+        if len(_groups) >= _CACHE_MAX:
+            _groups.clear()
+        _groups[key] = found
+    return found
 
 
 def attributes(field: int, values: Mapping[str, Any]) -> bytes:

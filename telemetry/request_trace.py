@@ -18,13 +18,11 @@ says it did.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import random
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.errors import GatewayError
@@ -34,7 +32,12 @@ from gateway.tracing import RequestTrace
 from telemetry import names as n
 from telemetry import otlp_wire, traceparent
 from telemetry.labels import WorkflowLabels
-from telemetry.span_attributes import FRESH, attempt_attributes, served_attributes, server_end_attributes
+from telemetry.span_attributes import (
+    attempt_attributes,
+    failed_attributes,
+    served_attributes,
+    server_end_attributes,
+)
 from telemetry.span_queue import SpanQueue
 
 logger = logging.getLogger("tollgate.telemetry")
@@ -158,7 +161,7 @@ class SampledTrace:
         # time.monotonic() readings -> Unix nanoseconds, for this request
         self._offset_ns = time.time_ns() - time.monotonic_ns()
         self._stages: list[_Stage] = []
-        self._attempts: list[tuple[Attempt, int, dict[str, Any]]] = []
+        self._attempts: list[tuple[Attempt, int, bytes]] = []  # attributes encoded
 
     @property
     def trace_id(self) -> str:
@@ -204,16 +207,14 @@ class SampledTrace:
             )
             for name, started, ended, error in self._stages
         ]
-        for attempt, span_id, attributes in self._attempts:
+        for attempt, span_id, started in self._attempts:
             error = None
             if attempt.ended_at is not None and attempt.error is None:
-                attributes.update(served_attributes(exchange, attempt, recorder.scrub))
+                attributes = started + served_attributes(exchange, attempt, recorder.scrub)
                 ended = completed if exchange.stream else attempt.ended_at
             else:
                 error = attempt.error or "cancelled"
-                attributes[n.ERROR_TYPE] = error
-                if attempt.status:
-                    attributes[n.HTTP_RESPONSE_STATUS_CODE] = attempt.status
+                attributes = started + failed_attributes(attempt, error)
                 ended = attempt.ended_at if attempt.ended_at is not None else completed
             spans.append(
                 head.child(
@@ -222,12 +223,12 @@ class SampledTrace:
                     otlp_wire.CLIENT,
                     int(attempt.started_at * 1e9) + offset,
                     int(ended * 1e9) + offset,
-                    otlp_wire.span_attributes(attributes, FRESH),
+                    attributes,
                     error,
                 )
             )
         route = _ROUTES.get(exchange.endpoint.value, "")
-        server = server_end_attributes(exchange, recorder.workflows.of(exchange), recorder.scrub)
+        server = server_end_attributes(exchange, route, recorder.workflows.of(exchange), recorder.scrub)
         first_byte = exchange.first_byte_at
         spans.append(
             otlp_wire.span(
@@ -239,21 +240,13 @@ class SampledTrace:
                 kind=otlp_wire.SERVER,
                 start_ns=int(exchange.received_at * 1e9) + offset,
                 end_ns=int(completed * 1e9) + offset,
-                span_attributes=b"".join(
-                    (_server_route(route), request_id, otlp_wire.span_attributes(server, FRESH))
-                ),
+                span_attributes=request_id + server,
                 # A client's error is not the server's (HTTP conventions): only 5xx fail it.
                 error=exchange.error_code or str(exchange.status) if exchange.status >= 500 else None,
                 events=() if first_byte is None else ((n.FIRST_TOKEN_EVENT, int(first_byte * 1e9) + offset),),
             )
         )
         recorder.emit(b"".join(spans), len(spans))
-
-
-@functools.cache
-def _server_route(route: str) -> bytes:
-    """The server span's HTTP attributes, for one of the few routes."""
-    return otlp_wire.span_attributes({n.HTTP_REQUEST_METHOD: "POST", n.HTTP_ROUTE: route, n.URL_PATH: route})
 
 
 class _NoSpan(contextlib.AbstractContextManager[None]):

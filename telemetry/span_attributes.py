@@ -6,7 +6,12 @@ configured names, numbers, and the few strings a client or an upstream chooses (
 alias a client asked for, the response model and finish reasons), which go through the
 scrubber first (`SpanRecorder` remembers its answers for the values that recur).
 
-The request id is not here: every span of the request carries it (`request_trace`).
+Each function returns the attributes encoded (`otlp_wire`): the group that is the same for
+every request taking the same way (operation, provider, model, upstream, tenant, key,
+outcome...) is encoded once per distinct group and found again with one look-up; the values
+that vary are added one by one, and those new for every request (ids, durations) are
+encoded without being kept. The request id is not here: every span of the request carries it
+(`request_trace`).
 """
 
 from __future__ import annotations
@@ -16,20 +21,9 @@ from typing import Any
 
 from gateway.exchange import Attempt, Exchange
 from telemetry import names as n
+from telemetry.otlp_wire import attribute, fresh_attribute, group
 
 Attributes = dict[str, Any]
-
-# Attributes whose values are new for every request (ids, durations): encoded for the span,
-# not kept in `otlp_wire`'s table of recurring (attribute, value) pairs.
-FRESH = frozenset(
-    {
-        n.REQUEST_ID,
-        n.DECISION_ID,
-        n.GEN_AI_CONVERSATION_ID,
-        n.TIME_TO_FIRST_TOKEN,
-        n.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
-    }
-)
 
 # Request parameters that are plain numbers, copied to the attempt span when the body has them.
 _REQUEST_NUMBERS = (
@@ -42,93 +36,168 @@ _REQUEST_NUMBERS = (
 
 def attempt_attributes(
     exchange: Exchange, attempt: Attempt, provider: str, host: str, port: int, index: int
-) -> Attributes:
+) -> bytes:
     """Set when the attempt starts (the conventions want these available to samplers)."""
-    attributes: Attributes = {
-        n.GEN_AI_OPERATION_NAME: exchange.endpoint.operation,
-        n.GEN_AI_PROVIDER_NAME: provider,
-        n.GEN_AI_REQUEST_MODEL: attempt.model,
-        n.SERVER_ADDRESS: host,
-        n.SERVER_PORT: port,
-        n.UPSTREAM: attempt.upstream,
-        n.REPLICA: attempt.replica,
-        n.ATTEMPT: index,
-    }
     if index:
         previous = exchange.attempts[index - 1] if index <= len(exchange.attempts) else None
         same = previous is not None and previous.upstream == attempt.upstream
-        attributes[n.ATTEMPT_KIND] = "retry" if same else "fallback"
+        kind = "retry" if same else "fallback"
     else:
-        attributes[n.ATTEMPT_KIND] = "first"
-    if exchange.stream:
-        attributes[n.GEN_AI_REQUEST_STREAM] = True
+        kind = "first"
+    operation = exchange.endpoint.operation
+    stream = exchange.stream
+
+    def route() -> Attributes:
+        attributes: Attributes = {
+            n.GEN_AI_OPERATION_NAME: operation,
+            n.GEN_AI_PROVIDER_NAME: provider,
+            n.GEN_AI_REQUEST_MODEL: attempt.model,
+            n.SERVER_ADDRESS: host,
+            n.SERVER_PORT: port,
+            n.UPSTREAM: attempt.upstream,
+            n.REPLICA: attempt.replica,
+            n.ATTEMPT: index,
+            n.ATTEMPT_KIND: kind,
+        }
+        if stream:
+            attributes[n.GEN_AI_REQUEST_STREAM] = True
+        return attributes
+
+    parts = [
+        group(
+            (
+                "attempt",
+                operation,
+                provider,
+                attempt.model,
+                host,
+                port,
+                attempt.upstream,
+                attempt.replica,
+                index,
+                kind,
+                stream,
+            ),
+            route,
+        )
+    ]
     if exchange.session_key:
-        attributes[n.GEN_AI_CONVERSATION_ID] = exchange.session_key  # already scoped and hashed
+        # already scoped and hashed
+        parts.append(fresh_attribute(n.GEN_AI_CONVERSATION_ID, exchange.session_key))
     body = exchange.body
-    for field, attribute in _REQUEST_NUMBERS:
+    for field, name in _REQUEST_NUMBERS:
         value = body.get(field)
         if isinstance(value, int | float) and not isinstance(value, bool):
-            attributes[attribute] = value
+            parts.append(attribute(name, value))
     choices = body.get("n")
     if isinstance(choices, int) and not isinstance(choices, bool) and choices != 1:
-        attributes[n.GEN_AI_REQUEST_CHOICE_COUNT] = choices
-    return attributes
+        parts.append(attribute(n.GEN_AI_REQUEST_CHOICE_COUNT, choices))
+    return b"".join(parts)
 
 
-def served_attributes(exchange: Exchange, attempt: Attempt, scrub: Callable[[str], str]) -> Attributes:
+def served_attributes(exchange: Exchange, attempt: Attempt, scrub: Callable[[str], str]) -> bytes:
     """The answer of the attempt that served the request."""
-    attributes: Attributes = {}
+    parts: list[bytes] = []
     if attempt.status:
-        attributes[n.HTTP_RESPONSE_STATUS_CODE] = attempt.status
+        parts.append(attribute(n.HTTP_RESPONSE_STATUS_CODE, attempt.status))
     if exchange.response_model:
-        attributes[n.GEN_AI_RESPONSE_MODEL] = scrub(exchange.response_model)
+        parts.append(attribute(n.GEN_AI_RESPONSE_MODEL, scrub(exchange.response_model)))
     if exchange.finish_reasons:
-        attributes[n.GEN_AI_RESPONSE_FINISH_REASONS] = [scrub(r) for r in exchange.finish_reasons]
+        reasons = [scrub(r) for r in exchange.finish_reasons]
+        parts.append(attribute(n.GEN_AI_RESPONSE_FINISH_REASONS, reasons))
     if exchange.stream and attempt.ended_at is not None:
-        attributes[n.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = attempt.ended_at - attempt.started_at
+        ttfc = attempt.ended_at - attempt.started_at
+        parts.append(fresh_attribute(n.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, ttfc))
     usage = exchange.usage
     if usage.reported:
-        attributes[n.GEN_AI_USAGE_INPUT_TOKENS] = usage.prompt_tokens
-        attributes[n.GEN_AI_USAGE_OUTPUT_TOKENS] = usage.completion_tokens
-        attributes[n.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = usage.cached_tokens
+        parts += (
+            attribute(n.GEN_AI_USAGE_INPUT_TOKENS, usage.prompt_tokens),
+            attribute(n.GEN_AI_USAGE_OUTPUT_TOKENS, usage.completion_tokens),
+            attribute(n.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, usage.cached_tokens),
+        )
         if usage.reasoning_tokens:
-            attributes[n.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] = usage.reasoning_tokens
-    return attributes
+            parts.append(attribute(n.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, usage.reasoning_tokens))
+    return b"".join(parts)
 
 
-def server_end_attributes(exchange: Exchange, workflow: str, scrub: Callable[[str], str]) -> Attributes:
+def failed_attributes(attempt: Attempt, error: str) -> bytes:
+    """An attempt that did not serve the request: why, and the status if it answered."""
+    found = attribute(n.ERROR_TYPE, error)
+    if attempt.status:
+        found += attribute(n.HTTP_RESPONSE_STATUS_CODE, attempt.status)
+    return found
+
+
+def server_end_attributes(
+    exchange: Exchange, route: str, workflow: str, scrub: Callable[[str], str]
+) -> bytes:
     """Who asked, for what, and what became of it."""
-    attributes: Attributes = {
-        n.HTTP_RESPONSE_STATUS_CODE: exchange.status,
-        n.GEN_AI_OPERATION_NAME: exchange.endpoint.operation,
-        n.WORKFLOW: workflow,
-    }
     principal = exchange.principal
-    if principal is not None:
-        attributes[n.TENANT] = principal.tenant.name
-        attributes[n.KEY_ID] = principal.key_id
-    if exchange.model_alias:
-        attributes[n.MODEL_ALIAS] = scrub(exchange.model_alias)  # the client's choice
-    if exchange.session_key:
-        attributes[n.GEN_AI_CONVERSATION_ID] = exchange.session_key
-    if exchange.error_code:
-        attributes[n.ERROR_TYPE] = exchange.error_code
-    if exchange.first_byte_at is not None:
-        attributes[n.TIME_TO_FIRST_TOKEN] = exchange.first_byte_at - exchange.received_at
+    tenant, key_id = (principal.tenant.name, principal.key_id) if principal is not None else (None, None)
     decision = exchange.decision
-    if decision is not None:
-        attributes[n.DECISION_ALLOW] = decision.allow
+    allow = decision.allow if decision is not None else None
+    upstream = exchange.attempts[-1].upstream if exchange.attempts else None
+    status, operation, alias = exchange.status, exchange.endpoint.operation, exchange.model_alias
+    error, revision = exchange.error_code, exchange.policy_revision
+    key = (
+        "server",
+        route,
+        status,
+        operation,
+        workflow,
+        tenant,
+        key_id,
+        alias,
+        error,
+        allow,
+        revision,
+        upstream,
+    )
+
+    def outcome() -> Attributes:
+        attributes: Attributes = {
+            n.HTTP_REQUEST_METHOD: "POST",
+            n.HTTP_ROUTE: route,
+            n.URL_PATH: route,
+            n.HTTP_RESPONSE_STATUS_CODE: status,
+            n.GEN_AI_OPERATION_NAME: operation,
+            n.WORKFLOW: workflow,
+        }
+        if tenant is not None:
+            attributes[n.TENANT] = tenant
+            attributes[n.KEY_ID] = key_id
+        if alias:
+            attributes[n.MODEL_ALIAS] = scrub(alias)  # the client's choice
+        if error:
+            attributes[n.ERROR_TYPE] = error
+        if allow is not None:
+            attributes[n.DECISION_ALLOW] = allow
+        if revision:
+            attributes[n.POLICY_REVISION] = revision
+        if upstream is not None:
+            attributes[n.UPSTREAM] = upstream
+        return attributes
+
+    parts = [
+        group(
+            key,
+            outcome,
+        )
+    ]
+    if exchange.session_key:
+        parts.append(fresh_attribute(n.GEN_AI_CONVERSATION_ID, exchange.session_key))
+    if exchange.first_byte_at is not None:
+        ttft = exchange.first_byte_at - exchange.received_at
+        parts.append(fresh_attribute(n.TIME_TO_FIRST_TOKEN, ttft))
     if exchange.decision_id:
-        attributes[n.DECISION_ID] = exchange.decision_id
-    if exchange.policy_revision:
-        attributes[n.POLICY_REVISION] = exchange.policy_revision
+        parts.append(fresh_attribute(n.DECISION_ID, exchange.decision_id))
     if exchange.tool_calls_blocked:
-        attributes[n.TOOL_CALLS_BLOCKED] = exchange.tool_calls_blocked
-    if exchange.attempts:
-        attributes[n.UPSTREAM] = exchange.attempts[-1].upstream
+        parts.append(attribute(n.TOOL_CALLS_BLOCKED, exchange.tool_calls_blocked))
     usage = exchange.usage
     if usage.reported:
-        attributes[n.GEN_AI_USAGE_INPUT_TOKENS] = usage.prompt_tokens
-        attributes[n.GEN_AI_USAGE_OUTPUT_TOKENS] = usage.completion_tokens
-        attributes[n.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = usage.cached_tokens
-    return attributes
+        parts += (
+            attribute(n.GEN_AI_USAGE_INPUT_TOKENS, usage.prompt_tokens),
+            attribute(n.GEN_AI_USAGE_OUTPUT_TOKENS, usage.completion_tokens),
+            attribute(n.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, usage.cached_tokens),
+        )
+    return b"".join(parts)

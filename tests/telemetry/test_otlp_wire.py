@@ -87,3 +87,45 @@ def test_the_console_exporter_prints_one_json_span_per_line() -> None:
     assert ConsoleSpanExporter(FRAMING, out).export(_spans())
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [line["name"] for line in lines] == ["POST /v1/chat/completions", "admit"]
+
+
+def test_kept_and_fresh_attributes_and_shared_heads_decode_the_same() -> None:
+    values = {**ATTRIBUTES, "temperature": 1, "temperature.f": 1.0, "flag.int": 1}
+    kept = b"".join(otlp_wire.attribute(k, v) for k, v in values.items())
+    # Equal values of other types (True == 1 == 1.0) are kept apart, and a hit returns the same.
+    again = b"".join(
+        otlp_wire.attribute(k, v) for k, v in {"flag": 1, "temperature": 1.0, "temperature.f": True}.items()
+    )
+    kept_again = b"".join(otlp_wire.attribute(k, v) for k, v in values.items())
+    grouped = otlp_wire.group(("test", 1), lambda: {"g": "x", "n": 2})
+    head = otlp_wire.SpanHead(0xABC, 0x1, otlp_wire.fresh_attribute("tollgate.request_id", "r-1"))
+    spans = [
+        head.child(0x5, "kept", otlp_wire.CLIENT, 10, 20, kept + grouped),
+        head.child(0x6, "again", otlp_wire.INTERNAL, 30, 40, again, "boom"),
+        head.child(0x7, "kept again", otlp_wire.CLIENT, 10, 20, kept_again + grouped),
+    ]
+    request = ExportTraceServiceRequest.FromString(FRAMING.request(spans))
+    first, second, third = request.resource_spans[0].scope_spans[0].spans
+    decoded = {kv.key: value_of(kv.value) for kv in first.attributes}
+    assert decoded == {**values, "g": "x", "n": 2, "tollgate.request_id": "r-1"}
+    assert type(decoded["temperature"]) is int and type(decoded["temperature.f"]) is float
+    assert {kv.key: value_of(kv.value) for kv in second.attributes} == {
+        "flag": 1,
+        "temperature": 1.0,
+        "temperature.f": True,
+        "tollgate.request_id": "r-1",
+    }
+    assert type({kv.key: value_of(kv.value) for kv in second.attributes}["flag"]) is int
+    assert third.attributes == first.attributes
+    assert (first.trace_id, first.span_id, first.parent_span_id) == (
+        (0xABC).to_bytes(16, "big"),
+        (5).to_bytes(8, "big"),
+        (1).to_bytes(8, "big"),
+    )
+    assert (first.name, first.kind, first.start_time_unix_nano, first.end_time_unix_nano) == (
+        "kept",
+        3,
+        10,
+        20,
+    )
+    assert (second.status.code, second.status.message, second.flags) == (2, "boom", 0x101)
