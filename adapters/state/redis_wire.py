@@ -4,9 +4,10 @@ redis-py's asyncio client costs about 110 µs of CPU per command here (connectio
 checkout, its lock, command packing in Python, stream reader, retry wrapper); this costs
 about 25 µs (docs/benchmarks.md, Metering). Commands are written on one connection in the
 order they are made and Redis answers in that order, so each reply resolves the oldest
-pending future. The first command of an event-loop turn is written at once (a lone call
-waits for nothing); those made after it in the same turn are written together at the end
-of the turn, so under load many requests share one write and one read (auto-pipelining).
+pending future. A command made while none is in flight is written at once (a lone call
+waits for nothing); those made while others are in flight are gathered and written
+together at the end of the event-loop turn, so under load many requests share one write
+and one read (auto-pipelining).
 
 Failures are StateStoreUnavailable for every command waiting on the connection: a
 connection closed or reset, no reply within the timeout (the connection is then dropped,
@@ -177,21 +178,23 @@ class _Connection(asyncio.Protocol):
         if self.broken:
             future.set_exception(unavailable(self._describe, ConnectionError("connection lost")))
             return future
-        self._pending.append((future, self._loop.time()))
-        if self._queued:
+        pending = self._pending
+        pending.append((future, self._loop.time()))
+        if self._queued:  # a flush is due at the end of this turn: join it
             self._queued.append(command)
-        else:
-            assert self._transport is not None
-            self._transport.write(command)  # the turn's first: at once
-            self._queued.append(b"")  # later ones this turn wait for the flush
+        elif len(pending) > 1:  # others are in flight: gather this turn's commands in one write
+            self._queued.append(command)
             self._loop.call_soon(self._flush)
+        else:  # nothing in flight: at once
+            assert self._transport is not None
+            self._transport.write(command)
         if self._timer is None:
             self._timer = self._loop.call_at(self._loop.time() + self._timeout_s, self._check_timeout)
         return future
 
     def _flush(self) -> None:
         queued, self._queued = self._queued, []
-        if len(queued) > 1 and not self.broken and self._transport is not None:
+        if not self.broken and self._transport is not None:
             self._transport.write(b"".join(queued))
 
     def _check_timeout(self) -> None:
