@@ -183,6 +183,7 @@ def _confirm(exact: _Exact, text: str, regions: Iterable[Sequence[int]], into: l
     reach = exact.width + LOOKAHEAD
     shortest = exact.shortest
     size = len(text)
+    verdicts: dict[str, bool] = {}  # the validator's, per value: a text repeats its entities
     for region_start, region_end in regions:
         pos = region_start
         endpos = min(size, region_end + reach)
@@ -192,9 +193,17 @@ def _confirm(exact: _Exact, text: str, regions: Iterable[Sequence[int]], into: l
             if whole_start >= region_end:
                 break
             start, end = match.span("v") if value_group else (whole_start, whole_end)
-            if start == end or (check is not None and not check(text[start:end])):
+            if start == end:
                 pos = whole_start + 1
                 continue
+            if check is not None:
+                value = text[start:end]
+                valid = verdicts.get(value)
+                if valid is None:
+                    valid = verdicts[value] = check(value)
+                if not valid:
+                    pos = whole_start + 1
+                    continue
             into.append(
                 (start, start - end, order, len(into), Found(start, end, kind, whole_start, whole_end))
             )
