@@ -215,6 +215,36 @@ class SpanHead:
         self._child_head = _PARENT_SPAN_ID + parent_id.to_bytes(8, "big")
         self._common = common  # encoded Span.attributes fields
 
+    def internal(
+        self,
+        timings: Iterable[tuple[str, float, float, str | None]],
+        offset_ns: int,
+        span_ids: Callable[[int], int],
+        error_attribute: Callable[[str], bytes],
+    ) -> list[bytes]:
+        """INTERNAL child spans, one per (name, start, end, error) with times in seconds on a
+        clock `offset_ns` away from the Unix epoch; `span_ids(64)` draws each span's id,
+        `error_attribute(error)` encodes the attribute that a failed span carries."""
+        found = []
+        trace_head, child_head, tail = self._trace_head, self._child_head, self._common + _CHILD_FLAGS
+        pack = _TIMES.pack
+        for name, started, ended, error in timings:
+            name_kind = _names.get((name, INTERNAL))
+            if name_kind is None:
+                name_kind = _name_kind(name, INTERNAL)
+                if len(_names) < _CACHE_MAX:
+                    _names[(name, INTERNAL)] = name_kind
+            times = pack(_START_TAG, int(started * 1e9) + offset_ns, _END_TAG, int(ended * 1e9) + offset_ns)
+            span_id = span_ids(64).to_bytes(8, "big")
+            if error is None:
+                body = b"".join((trace_head, span_id, child_head, name_kind, times, tail))
+            else:
+                failed = self._common + error_attribute(error) + _status(error) + _CHILD_FLAGS
+                body = b"".join((trace_head, span_id, child_head, name_kind, times, failed))
+            size = len(body)
+            found.append(_SCOPE_SPANS_SPAN + (_SMALL[size] if size < 0x80 else _varint(size)) + body)
+        return found
+
     def child(
         self,
         span_id: int,

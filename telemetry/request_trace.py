@@ -18,6 +18,7 @@ says it did.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -195,18 +196,8 @@ class SampledTrace:
         # Every span of the request carries its id: encoded once, shared by all of them.
         request_id = otlp_wire.fresh_attribute(n.REQUEST_ID, exchange.request_id)
         head = otlp_wire.SpanHead(self._trace, self._span, request_id)
-        spans = [
-            head.child(
-                random.getrandbits(64),
-                name,
-                otlp_wire.INTERNAL,
-                int(started * 1e9) + offset,
-                int(ended * 1e9) + offset,
-                b"" if error is None else otlp_wire.attribute(n.ERROR_TYPE, error),
-                error,
-            )
-            for name, started, ended, error in self._stages
-        ]
+        error_type = functools.partial(otlp_wire.attribute, n.ERROR_TYPE)
+        spans = head.internal(self._stages, offset, random.getrandbits, error_type)
         for attempt, span_id, started in self._attempts:
             error = None
             if attempt.ended_at is not None and attempt.error is None:
