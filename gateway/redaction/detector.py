@@ -116,8 +116,10 @@ class Catalog:
         for exact in self._unfiltered:
             if exact.kind in names:
                 _confirm(exact, text, ((0, len(text)),), hits)
-        if len(hits) < 2:
-            return [hit[4] for hit in hits]
+        if not hits:
+            return []
+        if len(hits) == 1:
+            return [hits[0][4]]
         # disjoint(), on tuples that sort by themselves: no key function, no lookups.
         hits.sort()
         result: list[Found] = []

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import hyperscan
 
@@ -154,17 +155,11 @@ class Prefilter:
                 flags=[hyperscan.HS_FLAG_ALLOWEMPTY] * len(patterns),
             )
             self._scratch = hyperscan.Scratch(self._database)
-        # Scratch space may serve one scan at a time, and scans release the GIL: one per thread.
-        self._local = threading.local()
-
-    def regions(self, text: str) -> dict[int, list[list[int]]]:
-        if not self.size or not text:
-            return {}
-        data = text.encode("ascii") if text.isascii() else text.encode("ascii", "replace")
-        found: dict[int, list[list[int]]] = {}
         widths = self._widths
 
-        def on_match(pattern: int, start: int, end: int, flags: int, context: object) -> None:
+        def on_match(
+            pattern: int, start: int, end: int, flags: int, found: dict[int, list[list[int]]]
+        ) -> None:
             begin = end - widths[pattern] - 1  # one more for a consumed look-behind character
             spans = found.get(pattern)
             if spans is None:
@@ -174,7 +169,19 @@ class Prefilter:
             else:
                 spans.append([begin, end])
 
-        self._database.scan(data, match_event_handler=on_match, scratch=self._thread_scratch())
+        # Made once: a scan passes it the table it fills as its context.
+        self._on_match = cast(Callable[[int, int, int, int, object], None], on_match)
+        # Scratch space may serve one scan at a time, and scans release the GIL: one per thread.
+        self._local = threading.local()
+
+    def regions(self, text: str) -> dict[int, list[list[int]]]:
+        if not self.size or not text:
+            return {}
+        data = text.encode("ascii") if text.isascii() else text.encode("ascii", "replace")
+        found: dict[int, list[list[int]]] = {}
+        self._database.scan(
+            data, match_event_handler=self._on_match, context=found, scratch=self._thread_scratch()
+        )
         for spans in found.values():
             spans[0][0] = max(spans[0][0], 0)
         return found

@@ -5,11 +5,16 @@ each entity of every built-in kind becomes its marker (`[EMAIL]`), whatever any
 tenant's mode. A gateway's own scrubber (`settings.scrubber_for(config)`) also knows the
 tenants' custom kinds and the credentials written in the config; the log formatter uses
 that one. A record with nothing to scrub comes back as the very same object.
+
+A scrubber remembers the short strings it found clean (a bounded table), since a log line
+repeats most of its values (tenant, model, upstream, route, status): a record whose strings
+were all seen before returns without a scan, and only unseen strings are scanned.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
@@ -22,6 +27,11 @@ T = TypeVar("T")
 SECRET_MARKER = "[SECRET]"  # noqa: S105 (a marker, not a password)
 _SEPARATOR = "\x00"  # no pattern matches it, so no entity spans two joined strings
 
+CLEAN_MAX_CHARS = 200
+"""Only strings up to this length are remembered clean (ids, names, statuses, not messages)."""
+CLEAN_MAX_STRINGS = 4096
+"""The table of clean strings is emptied when it holds this many."""
+
 
 def marker(found: Found, value: str) -> str:
     return f"[{found.kind}]"
@@ -32,44 +42,191 @@ class Scrubber:
         self._detector = detector
         # Longest first, so that a secret containing another is replaced whole.
         self._secrets = tuple(sorted(set(secrets), key=len, reverse=True))
+        # Strings known clean for this detector and these secrets: a property of the string
+        # alone, so it holds for every later record. Only what is clean is kept.
+        self._clean: dict[str, None] = {}
+        # Whether one scan of several strings joined says what scanning each would.
+        self._joinable = all(
+            separator_blind(pattern)
+            for kind in detector.catalog.kinds
+            if kind.name in detector.names
+            for pattern in kind.patterns
+        )
 
     def text(self, value: str) -> str:
+        if value in self._clean:
+            return value
+        scrubbed = value
         for secret in self._secrets:
-            if secret in value:
-                value = value.replace(secret, SECRET_MARKER)
-        return redact_whole(self._detector, value, marker)
+            if secret in scrubbed:
+                scrubbed = scrubbed.replace(secret, SECRET_MARKER)
+        scrubbed = redact_whole(self._detector, scrubbed, marker)
+        if scrubbed is value:
+            self._remember((value,))
+        return scrubbed
 
     def record(self, value: T) -> T:
-        strings: list[str] = []
-        _collect(value, strings)
-        if not strings:
+        unseen: list[str] = []
+        _collect(value, self._clean, unseen)
+        if not unseen:
             return value
-        # One scan for the whole record; only a record with something to hide is rebuilt.
-        joined = _SEPARATOR.join(strings)
-        if not self._detector.find(joined) and not any(s in joined for s in self._secrets):
-            return value
-        rebuilt: T = self._rebuilt(value)
-        return rebuilt
+        if self._joinable:
+            # One scan for all the unseen strings; only a record with something to hide is rebuilt.
+            joined = _SEPARATOR.join(unseen)
+            dirty = bool(self._detector.find(joined)) or any(s in joined for s in self._secrets)
+        else:
+            dirty = any(self._detector.find(s) or any(x in s for x in self._secrets) for s in unseen)
+        if dirty:
+            rebuilt: T = self._rebuilt(value)
+            return rebuilt
+        self._remember(unseen)
+        return value
+
+    def _remember(self, strings: Iterable[str]) -> None:
+        clean = self._clean
+        if len(clean) >= CLEAN_MAX_STRINGS:
+            clean.clear()
+        for string in strings:
+            if len(string) <= CLEAN_MAX_CHARS:
+                clean[string] = None
 
     def _rebuilt(self, value: Any) -> Any:
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
             return {key: self._rebuilt(item) for key, item in value.items()}
-        if isinstance(value, list | tuple):
+        if isinstance(value, _SEQUENCES):
             return type(value)(self._rebuilt(item) for item in value)
         return value
 
 
-def _collect(value: Any, into: list[str]) -> None:
+_parser: Any = getattr(re, "_parser", None)  # the stdlib's own parser (private, stable since 3.11)
+_BOUNDARIES = frozenset(
+    {"AT_BOUNDARY", "AT_NON_BOUNDARY", "AT_UNI_BOUNDARY", "AT_UNI_NON_BOUNDARY"}
+    | {"AT_LOC_BOUNDARY", "AT_LOC_NON_BOUNDARY"}
+)
+_NUL_FREE_CATEGORIES = frozenset(
+    {"CATEGORY_DIGIT", "CATEGORY_SPACE", "CATEGORY_WORD", "CATEGORY_LINEBREAK"}
+    | {"CATEGORY_UNI_DIGIT", "CATEGORY_UNI_SPACE", "CATEGORY_UNI_WORD", "CATEGORY_UNI_LINEBREAK"}
+    | {"CATEGORY_LOC_WORD"}
+)
+
+
+def separator_blind(pattern: str) -> bool:
+    """Whether `pattern` finds a match in strings joined by the separator whenever it finds one
+    in any of them alone: no anchor but word boundaries, and nothing whose outcome could change
+    on meeting the separator where a string would end (a look-around, an atomic group, a
+    possessive repeat or a back-reference that could match it). Unknown syntax: no."""
+    if _parser is None:
+        return False
+    try:
+        return _blind(_parser.parse(pattern))
+    except Exception:  # any trouble parsing it means: do not rely on joining
+        return False
+
+
+def _blind(nodes: Any) -> bool:
+    for op, av in nodes:
+        name = str(op)
+        if name == "AT":
+            if str(av) not in _BOUNDARIES:
+                return False
+        elif name in ("ASSERT", "ASSERT_NOT"):
+            if not (_blind(av[1]) and _nul_free(av[1])):
+                return False
+        elif name == "ATOMIC_GROUP":
+            if not (_blind(av) and _nul_free(av)):
+                return False
+        elif name == "POSSESSIVE_REPEAT":
+            if not (_blind(av[2]) and _nul_free(av[2])):
+                return False
+        elif name == "SUBPATTERN":
+            if not _blind(av[3]):
+                return False
+        elif name == "BRANCH":
+            if not all(_blind(branch) for branch in av[1]):
+                return False
+        elif name in ("MAX_REPEAT", "MIN_REPEAT"):
+            if not _blind(av[2]):
+                return False
+        elif name == "GROUPREF_EXISTS":
+            if not (_blind(av[1]) and (av[2] is None or _blind(av[2]))):
+                return False
+        elif name not in ("LITERAL", "NOT_LITERAL", "ANY", "IN", "CATEGORY", "GROUPREF"):
+            return False
+    return True
+
+
+def _nul_free(nodes: Any) -> bool:
+    """Whether nothing in `nodes` can consume the separator."""
+    for op, av in nodes:
+        name = str(op)
+        if name in ("AT", "ASSERT", "ASSERT_NOT"):
+            continue  # consumes nothing (and is checked on its own by _blind)
+        if name == "LITERAL":
+            if av == 0:
+                return False
+        elif name == "IN":
+            if not _class_nul_free(av):
+                return False
+        elif name == "SUBPATTERN":
+            if not _nul_free(av[3]):
+                return False
+        elif name == "BRANCH":
+            if not all(_nul_free(branch) for branch in av[1]):
+                return False
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            if not _nul_free(av[2]):
+                return False
+        elif name == "ATOMIC_GROUP":
+            if not _nul_free(av):
+                return False
+        elif name == "CATEGORY":
+            if str(av) not in _NUL_FREE_CATEGORIES:
+                return False
+        else:  # NOT_LITERAL, ANY, a back-reference, a conditional: may consume it
+            return False
+    return True
+
+
+def _class_nul_free(items: Any) -> bool:
+    negated = False
+    holds = False
+    for op, av in items:
+        name = str(op)
+        if name == "NEGATE":
+            negated = True
+        elif name == "LITERAL":
+            holds = holds or av == 0
+        elif name == "RANGE":
+            holds = holds or av[0] == 0
+        elif name == "CATEGORY":
+            holds = holds or str(av) not in _NUL_FREE_CATEGORIES
+        else:
+            return False
+    return holds == negated
+
+
+def _collect(value: Any, known: dict[str, None], into: list[str]) -> None:
+    """The strings in `value` (at any depth) that are not in `known`, into `into`."""
     if isinstance(value, str):
-        into.append(value)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _collect(item, into)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _collect(item, into)
+        if value not in known:
+            into.append(value)
+        return
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, _SEQUENCES):
+        return
+    for item in value:
+        if isinstance(item, str):
+            if item not in known:
+                into.append(item)
+        elif isinstance(item, _CONTAINERS):
+            _collect(item, known, into)
+
+
+_SEQUENCES = (list, tuple)  # tuples of types: isinstance() is slower with a `X | Y` union
+_CONTAINERS = (dict, list, tuple)
 
 
 @functools.cache

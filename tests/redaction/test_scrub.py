@@ -8,9 +8,16 @@ import logging
 import orjson
 
 from gateway.logs import JsonFormatter
-from gateway.redaction.detector import Catalog
-from gateway.redaction.entities import BUILTIN
-from gateway.redaction.scrub import Scrubber, scrub_record, scrub_text
+from gateway.redaction.detector import Catalog, Found
+from gateway.redaction.entities import BUILTIN, custom_pattern, literal_terms
+from gateway.redaction.scrub import (
+    CLEAN_MAX_CHARS,
+    CLEAN_MAX_STRINGS,
+    Scrubber,
+    scrub_record,
+    scrub_text,
+    separator_blind,
+)
 from tests.redaction.corpus import JWT, PEM, POSITIVES
 
 SECRET_FILLED = (
@@ -82,3 +89,71 @@ def test_the_json_log_formatter_scrubs_message_fields_and_traceback() -> None:
         "MIIEowIBAAKCAQEA",
     ):
         assert value not in output
+
+
+def test_strings_seen_clean_are_not_scanned_again() -> None:
+    scanned: list[str] = []
+
+    class Counting(Catalog):
+        def find(self, text: str, names: frozenset[str]) -> list[Found]:
+            scanned.append(text)
+            return super().find(text, names)
+
+    scrubber = Scrubber(Counting(BUILTIN).detector(), ["upstream-credential-123"])
+    line = {"tenant": "acme", "model": "chat", "n": 3, "tags": ["a", ("b",)], "request_id": "req_1"}
+    assert scrubber.record(line) is line
+    assert len(scanned) == 1
+    assert scrubber.record(dict(line)) == line  # every string seen clean: no scan at all
+    assert len(scanned) == 1
+    assert scrubber.record({**line, "request_id": "req_2"})["request_id"] == "req_2"
+    assert scanned[-1] == "req_2"  # only the unseen string is scanned
+    assert scrubber.text("acme") == "acme"
+    assert len(scanned) == 2
+
+
+def test_what_is_not_clean_is_never_remembered() -> None:
+    scrubber = Scrubber(Catalog(BUILTIN).detector(), ["upstream-credential-123"])
+    for _ in range(3):  # the same values, again and again: masked every time
+        assert scrubber.record({"a": "mail jane.doe@example.com", "b": "ok"}) == {
+            "a": "mail [EMAIL]",
+            "b": "ok",
+        }
+        assert scrubber.record({"a": "key upstream-credential-123"}) == {"a": "key [SECRET]"}
+        assert scrubber.text("4111 1111 1111 1111") == "[CREDIT_CARD]"
+    assert scrubber.record(["ok", "upstream-credential-123"]) == ["ok", "[SECRET]"]
+    # A string clean for the built-in kinds holds a configured credential: not clean for this one.
+    other = Scrubber(Catalog(BUILTIN).detector())
+    assert other.text("key upstream-credential-123") == "key upstream-credential-123"
+    assert scrubber.text("key upstream-credential-123") == "key [SECRET]"
+
+
+def test_the_table_of_clean_strings_is_bounded() -> None:
+    scrubber = Scrubber(Catalog(BUILTIN).detector())
+    for start in range(0, 3 * CLEAN_MAX_STRINGS, 100):
+        scrubber.record([f"value {i}" for i in range(start, start + 100)])
+        assert len(scrubber._clean) <= CLEAN_MAX_STRINGS + 100
+    long = "x" * (CLEAN_MAX_CHARS + 1)
+    assert scrubber.record({"long": long})["long"] is long
+    assert long not in scrubber._clean
+
+
+def test_custom_kinds_and_joining() -> None:
+    # Every built-in pattern, and the usual custom ones, give one joined scan the same answer
+    # as a scan of each string.
+    assert all(separator_blind(pattern) for kind in BUILTIN for pattern in kind.patterns)
+    assert separator_blind(custom_pattern("EMPLOYEE_ID", r"EMP-\d{6}").patterns[0])
+    assert separator_blind(literal_terms("CODENAME", ["Bluebird", "Night Jar"]).patterns[0])
+    for pattern in (r"^EMP-\d{6}$", r"\AEMP", r"(?!a.)x", r"(?<![^a-z])x", r"(?>[^,]+)(?<!y)", r"(?<=.)x"):
+        assert not separator_blind(pattern), pattern
+    # A pattern that only matches a whole string: each string is scanned on its own.
+    anchored = Catalog((*BUILTIN, custom_pattern("EMPLOYEE_ID", r"^EMP-\d{6}$")))
+    scrubber = Scrubber(anchored.detector())
+    record = {"who": "someone", "id": "EMP-123456", "mail": "a@b.example"}
+    assert scrubber.record(record) == {"who": "someone", "id": "[EMPLOYEE_ID]", "mail": "[EMAIL]"}
+    assert scrubber.record({"who": "someone", "id": "EMP-123456"}) == {
+        "who": "someone",
+        "id": "[EMPLOYEE_ID]",
+    }
+    custom = Scrubber(Catalog((*BUILTIN, literal_terms("CODENAME", ["Bluebird"]))).detector())
+    assert custom.record({"a": "x", "b": "project bluebird"}) == {"a": "x", "b": "project [CODENAME]"}
+    assert custom.record({"a": "x", "b": "project bluebird"}) == {"a": "x", "b": "project [CODENAME]"}
