@@ -102,20 +102,25 @@ class Catalog:
         self._prefilter = Prefilter(sources)
         self._orders = {kind.name: order for order, kind in enumerate(self.kinds)}
 
-    def detector(self, names: Iterable[str] | None = None) -> Detector:
-        """A detector for the kinds named (all of this catalog's when `names` is None)."""
-        return Detector(self, self.names if names is None else frozenset(names) & self.names)
+    def detector(self, names: Iterable[str] | None = None, *, per_request: bool = False) -> Detector:
+        """A detector for the kinds named (all of this catalog's when `names` is None).
 
-    def find(self, text: str, names: frozenset[str]) -> list[Found]:
+        A `per_request` detector remembers its validators' verdicts for as long as it lives
+        (the texts of one request and its answer repeat their entities): make one per
+        request, never one that lives longer, since it keeps the values it checked."""
+        names = self.names if names is None else frozenset(names) & self.names
+        return Detector(self, names, {} if per_request else None)
+
+    def find(self, text: str, names: frozenset[str], verdicts: Verdicts | None = None) -> list[Found]:
         hits: list[_Hit] = []
         prefiltered = self._prefiltered
         for index, regions in self._prefilter.regions(text).items():
             exact = prefiltered[index]
             if exact.kind in names:
-                _confirm(exact, text, regions, hits)
+                _confirm(exact, text, regions, hits, _verdicts_of(exact, verdicts))
         for exact in self._unfiltered:
             if exact.kind in names:
-                _confirm(exact, text, ((0, len(text)),), hits)
+                _confirm(exact, text, ((0, len(text)),), hits, _verdicts_of(exact, verdicts))
         if not hits:
             return []
         if len(hits) == 1:
@@ -167,8 +172,22 @@ class Catalog:
 # (start, start - end, catalog order, arrival, entity): sorts as `disjoint` orders, ties stable.
 _Hit = tuple[int, int, int, int, Found]
 
+Verdicts = dict[Callable[[str], bool], dict[str, bool]]
+"""A validator's verdicts, per value it was given."""
 
-def _confirm(exact: _Exact, text: str, regions: Iterable[Sequence[int]], into: list[_Hit]) -> None:
+
+def _verdicts_of(exact: _Exact, verdicts: Verdicts | None) -> dict[str, bool]:
+    if verdicts is None or exact.check is None:
+        return {}  # for this one text: a text repeats its entities
+    found = verdicts.get(exact.check)
+    if found is None:
+        found = verdicts[exact.check] = {}
+    return found
+
+
+def _confirm(
+    exact: _Exact, text: str, regions: Iterable[Sequence[int]], into: list[_Hit], verdicts: dict[str, bool]
+) -> None:
     """The accepted matches starting in each region (start, end), as `_Exact.accept` and `_next`
     would find them, appended to `into`. The text is cut a whole match's width (and the
     look-ahead) beyond a region, so that no match starting in it ever sees the cut.
@@ -185,7 +204,6 @@ def _confirm(exact: _Exact, text: str, regions: Iterable[Sequence[int]], into: l
     reach = exact.width + LOOKAHEAD
     shortest = exact.shortest
     size = len(text)
-    verdicts: dict[str, bool] = {}  # the validator's, per value: a text repeats its entities
     for region_start, region_end in regions:
         pos = region_start
         endpos = min(size, region_end + reach)
@@ -236,16 +254,17 @@ def disjoint(found: Sequence[Found], order: Callable[[str], int]) -> list[Found]
 class Detector:
     """A `Catalog` restricted to some kinds: what one request detects."""
 
-    __slots__ = ("catalog", "names")
+    __slots__ = ("_verdicts", "catalog", "names")
 
-    def __init__(self, catalog: Catalog, names: frozenset[str]) -> None:
+    def __init__(self, catalog: Catalog, names: frozenset[str], verdicts: Verdicts | None = None) -> None:
         self.catalog = catalog
         self.names = names
+        self._verdicts = verdicts
 
     def find(self, text: str) -> list[Found]:
         if not self.names:
             return []
-        return self.catalog.find(text, self.names)
+        return self.catalog.find(text, self.names, self._verdicts)
 
     def scan(self, text: str, pos: int, final: bool = False) -> tuple[list[Found], int]:
         if not self.names:

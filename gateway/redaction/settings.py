@@ -28,8 +28,9 @@ class TenantRedaction:
     scan_tool_descriptions: bool
 
     def detector(self, names: Iterable[str]) -> Detector:
-        """A detector for the kinds (or groups) named; none named means every kind."""
-        return self.catalog.detector(kind.name for kind in select(names, self.catalog.kinds))
+        """A detector for one request, for the kinds (or groups) named; none named means every kind."""
+        kinds = select(names, self.catalog.kinds)
+        return self.catalog.detector((kind.name for kind in kinds), per_request=True)
 
 
 class RedactionSettings:

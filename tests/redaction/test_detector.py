@@ -101,3 +101,13 @@ def test_prefiltered_find_equals_the_exact_scan_on_long_texts(seed: int) -> None
     assert hold == len(text)
     assert len(found) > 25
     assert ALL.find(text) == found
+
+
+def test_a_per_request_detector_finds_the_same_and_only_it_remembers() -> None:
+    per_request = CATALOG.detector(per_request=True)
+    for seed in range(4):
+        text = _long_text(seed)
+        assert per_request.find(text) == ALL.find(text)
+        assert per_request.scan(text, 0, final=True) == ALL.scan(text, 0, final=True)
+    assert per_request._verdicts  # validator verdicts, kept for the request's texts
+    assert ALL._verdicts is None  # a shared detector (the log scrubber's) keeps no value

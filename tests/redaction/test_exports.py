@@ -23,7 +23,7 @@ from gateway.config import GatewayConfig
 from gateway.keys import hash_key
 from gateway.logs import JsonFormatter
 from gateway.policy.decision import RedactRules
-from gateway.redaction.detector import Catalog, Found
+from gateway.redaction.detector import Catalog, Found, Verdicts
 from gateway.redaction.entities import BUILTIN
 from gateway.redaction.settings import RedactionSettings, TenantRedaction, scrubber_for
 from simulator import RunningSimulator
@@ -136,7 +136,7 @@ def test_logs_and_the_decision_log_carry_no_raw_value(upstream: RunningSimulator
 class ExplodingCatalog(Catalog):
     """A detector that fails on every text, as a broken pattern or a bug would."""
 
-    def find(self, text: str, names: frozenset[str]) -> list[Found]:
+    def find(self, text: str, names: frozenset[str], verdicts: Verdicts | None = None) -> list[Found]:
         raise RuntimeError(f"detector crashed on {text!r}")
 
     def scan(self, text: str, pos: int, final: bool, names: frozenset[str]) -> tuple[list[Found], int]:

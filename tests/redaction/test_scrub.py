@@ -8,7 +8,7 @@ import logging
 import orjson
 
 from gateway.logs import JsonFormatter
-from gateway.redaction.detector import Catalog, Found
+from gateway.redaction.detector import Catalog, Found, Verdicts
 from gateway.redaction.entities import BUILTIN, custom_pattern, literal_terms
 from gateway.redaction.scrub import (
     CLEAN_MAX_CHARS,
@@ -95,9 +95,9 @@ def test_strings_seen_clean_are_not_scanned_again() -> None:
     scanned: list[str] = []
 
     class Counting(Catalog):
-        def find(self, text: str, names: frozenset[str]) -> list[Found]:
+        def find(self, text: str, names: frozenset[str], verdicts: Verdicts | None = None) -> list[Found]:
             scanned.append(text)
-            return super().find(text, names)
+            return super().find(text, names, verdicts)
 
     scrubber = Scrubber(Counting(BUILTIN).detector(), ["upstream-credential-123"])
     line = {"tenant": "acme", "model": "chat", "n": 3, "tags": ["a", ("b",)], "request_id": "req_1"}
