@@ -5,6 +5,7 @@
 - detect: `redact_request` on a 100 KB chat request (about 50 entities), mask and tokenize,
   and the engines compared on the same text: the Hyperscan prefilter with exact confirmation
   (what runs), the exact patterns alone with the `regex` module, and the stdlib `re`.
+- scrub: `Scrubber.record` on access-log lines (new ids each, and a line seen before).
 - stream: the sliding window's cost per chunk, and, through a running gateway in front of the
   simulator, the time to the first content event with `response: mask` against `off`.
 - throughput: wrk at c64 against one gateway (2 workers, access log on) for two tenants, one
@@ -37,7 +38,7 @@ from gateway.policy.decision import RedactRules
 from gateway.redaction.detector import Catalog
 from gateway.redaction.entities import BUILTIN
 from gateway.redaction.request import redact_request
-from gateway.redaction.scrub import marker
+from gateway.redaction.scrub import Scrubber, marker
 from gateway.redaction.state import RedactionState
 from gateway.redaction.window import SlidingWindow
 
@@ -160,13 +161,22 @@ def chat_body(size: int) -> dict[str, Any]:
 
 
 def median_ms(run: Callable[[], object], repeat: int, setup: Callable[[], Any] | None = None) -> float:
-    times = []
+    return timed_ms(run, repeat, setup)[0]
+
+
+def timed_ms(
+    run: Callable[[], object], repeat: int, setup: Callable[[], Any] | None = None
+) -> tuple[float, float]:
+    """Median wall time and median CPU time of this process, in ms: on a shared machine the
+    CPU time says what the code costs, the wall time what a caller waited."""
+    wall, cpu = [], []
     for _ in range(repeat):
         argument = setup() if setup else None
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         run() if argument is None else run(argument)  # type: ignore[call-arg]
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+        cpu.append((time.process_time() - started_cpu) * 1000)
+        wall.append((time.perf_counter() - started) * 1000)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def detect(repeat: int) -> dict[str, Any]:
@@ -180,10 +190,12 @@ def detect(repeat: int) -> dict[str, Any]:
     for mode in ("mask", "tokenize"):
 
         def apply(fresh: dict[str, Any], mode: str = mode) -> None:
-            state = RedactionState(RedactRules(mode, "off"), detector, False)  # type: ignore[arg-type]
+            # A detector per request, as the redact stage makes it.
+            state = RedactionState(RedactRules(mode, "off"), catalog.detector(per_request=True), False)  # type: ignore[arg-type]
             redact_request(Endpoint.CHAT, fresh, state, False)
 
-        results[f"request_{mode}_ms"] = median_ms(apply, repeat, lambda: copy.deepcopy(body))  # type: ignore[arg-type]
+        wall, cpu = timed_ms(apply, repeat, lambda: copy.deepcopy(body))  # type: ignore[arg-type]
+        results[f"request_{mode}_ms"], results[f"request_{mode}_cpu_ms"] = wall, cpu
     text = prose(100_000, 11)
     clean = prose(100_000, 12, entities=False)
     results["entities_in_text"] = len(detector.find(text))
@@ -195,6 +207,52 @@ def detect(repeat: int) -> dict[str, Any]:
         lambda: [m for p in stdlib for m in p.finditer(text)], max(3, repeat // 10)
     )
     return results
+
+
+def access_line(i: int) -> dict[str, Any]:
+    """What the access log passes to the scrubber: a few unique ids, the rest recurring."""
+    return {
+        "ts": f"2026-11-22T06:40:{10 + i // 1000 % 50:02d}.{i % 1000:03d}Z",
+        "level": "info",
+        "logger": "tollgate.access",
+        "msg": "request",
+        "request_id": f"req_{random.getrandbits(80):020x}",
+        "tenant": "acme",
+        "key_id": "k_3f9a2b",
+        "endpoint": "chat",
+        "model": "chat",
+        "upstream": "local",
+        "upstream_model": "sim-model",
+        "attempts": 1,
+        "stream": False,
+        "status": 200,
+        "error": None,
+        "duration_ms": 3.21,
+        "ttfb_ms": 1.5,
+        "prompt_tokens": 12,
+        "cached_tokens": 0,
+        "completion_tokens": 5,
+        "trace_id": f"{random.getrandbits(128):032x}",
+        "span_id": f"{random.getrandbits(64):016x}",
+    }
+
+
+def scrub_cost(repeat: int) -> dict[str, Any]:
+    """`Scrubber.record` on access-log lines: each with new ids, and one seen before."""
+    scrubber = Scrubber(Catalog(BUILTIN).detector(), ["upstream-credential-123"])
+    lines = [access_line(i) for i in range(repeat * 50)]
+    for line in lines[:500]:  # the recurring values are known
+        scrubber.record(line)
+    started = time.process_time()
+    for line in lines[500:]:
+        scrubber.record(line)
+    new_ids = (time.process_time() - started) * 1e6 / (len(lines) - 500)
+    seen = lines[0]
+    started = time.process_time()
+    for _ in range(repeat * 50):
+        scrubber.record(seen)
+    all_seen = (time.process_time() - started) * 1e6 / (repeat * 50)
+    return {"record_new_ids_cpu_us": new_ids, "record_all_seen_cpu_us": all_seen}
 
 
 def window_cost(repeat: int) -> dict[str, Any]:
@@ -300,7 +358,9 @@ def gateway_figures(rounds: int, seconds: float, streams: int) -> dict[str, Any]
         procs.stop_all()
 
 
-def section(meta: dict[str, Any], d: dict[str, Any], w: dict[str, Any], g: dict[str, Any] | None) -> str:
+def section(
+    meta: dict[str, Any], d: dict[str, Any], w: dict[str, Any], g: dict[str, Any] | None, sc: dict[str, Any]
+) -> str:
     loss = 100 * (1 - g["rps_mask"] / g["rps_off"]) if g else None
     lines = [
         "## Redaction",
@@ -311,8 +371,9 @@ def section(meta: dict[str, Any], d: dict[str, Any], w: dict[str, Any], g: dict[
         "| figure | result | target | met |",
         "|---|---|---|---|",
         f"| detect + mask a {d['body_bytes'] // 1000} KB request | {d['request_mask_ms']:.2f} ms "
-        f"| <= 2 ms | {spine.met(d['request_mask_ms'] <= 2)} |",
-        f"| detect + tokenize the same request | {d['request_tokenize_ms']:.2f} ms | <= 2 ms "
+        f"(CPU {d['request_mask_cpu_ms']:.2f} ms) | <= 2 ms | {spine.met(d['request_mask_ms'] <= 2)} |",
+        f"| detect + tokenize the same request | {d['request_tokenize_ms']:.2f} ms "
+        f"(CPU {d['request_tokenize_cpu_ms']:.2f} ms) | <= 2 ms "
         f"| {spine.met(d['request_tokenize_ms'] <= 2)} |",
     ]
     if g is not None:
@@ -326,6 +387,8 @@ def section(meta: dict[str, Any], d: dict[str, Any], w: dict[str, Any], g: dict[
     lines += [
         f"| sliding window, per 4-character chunk | {w['us_per_4_char_chunk']:.1f} µs | | |",
         f"| first chunk through a new window | {w['first_chunk_ms'] * 1000:.1f} µs | | |",
+        f"| scrubbing an access-log line (new ids / all seen), CPU | {sc['record_new_ids_cpu_us']:.1f} / "
+        f"{sc['record_all_seen_cpu_us']:.1f} µs | | |",
         "",
         f"Engines on 100 KB of text with {d['entities_in_text']} entities (all built-in kinds):",
         "",
@@ -349,12 +412,13 @@ def main(argv: list[str] | None = None) -> int:
     repeat = 20 if args.quick else 100
     d = detect(repeat)
     w = window_cost(repeat)
+    sc = scrub_cost(repeat)
     g = None
     if not args.no_gateway:
         g = gateway_figures(1 if args.quick else 3, 5 if args.quick else 10, 30 if args.quick else 200)
     meta = spine.run_meta(argv)
-    spine.save_results("redaction", {"meta": meta, "detect": d, "window": w, "gateway": g})
-    markdown = section(meta, d, w, g)
+    spine.save_results("redaction", {"meta": meta, "detect": d, "window": w, "gateway": g, "scrub": sc})
+    markdown = section(meta, d, w, g, sc)
     print(markdown)
     if not args.no_doc:
         spine.update_doc("redaction", markdown)

@@ -204,6 +204,7 @@ def _confirm(
     reach = exact.width + LOOKAHEAD
     shortest = exact.shortest
     size = len(text)
+    append = into.append
     for region_start, region_end in regions:
         pos = region_start
         endpos = min(size, region_end + reach)
@@ -224,9 +225,7 @@ def _confirm(
                 if not valid:
                     pos = whole_start + 1
                     continue
-            into.append(
-                (start, start - end, order, len(into), Found(start, end, kind, whole_start, whole_end))
-            )
+            append((start, start - end, order, len(into), Found(start, end, kind, whole_start, whole_end)))
             pos = whole_end if whole_end > whole_start else whole_start + 1
 
 

@@ -218,15 +218,23 @@ def _collect(value: Any, known: dict[str, None], into: list[str]) -> None:
     elif not isinstance(value, _SEQUENCES):
         return
     for item in value:
-        if isinstance(item, str):
+        kind = type(item)
+        if kind is str:
+            if item not in known:
+                into.append(item)
+        elif kind in _SCALARS:
+            continue
+        elif isinstance(item, str):
             if item not in known:
                 into.append(item)
         elif isinstance(item, _CONTAINERS):
             _collect(item, known, into)
 
 
-_SEQUENCES = (list, tuple)  # tuples of types: isinstance() is slower with a `X | Y` union
+# Tuples of types, not `X | Y` unions (slower in isinstance); the scalars a record holds most.
+_SEQUENCES = (list, tuple)
 _CONTAINERS = (dict, list, tuple)
+_SCALARS = frozenset({int, float, bool, type(None)})
 
 
 @functools.cache
