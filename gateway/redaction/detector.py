@@ -72,6 +72,7 @@ class Catalog:
         prefiltered: list[_Exact] = []
         sources: list[tuple[str, int]] = []
         self._unfiltered: list[_Exact] = []
+        ascii_only: set[int] = set()
         for order, kind in enumerate(self.kinds):
             flags = regex.V0 | regex.ASCII | (regex.IGNORECASE if kind.ignore_case else 0)
             for source in kind.patterns:
@@ -93,11 +94,16 @@ class Catalog:
                     and not kind.ignore_case
                     and (kind.builtin or compilable(source))
                 ):
+                    if not kind.builtin:
+                        # Only the built-in patterns are known to treat "?" as they treat any
+                        # non-ASCII character: on a non-ASCII text, a custom one runs unfiltered.
+                        ascii_only.add(len(prefiltered))
                     prefiltered.append(exact)
                     sources.append((source, width))
                 else:
                     self._unfiltered.append(exact)
         self._prefiltered = tuple(prefiltered)
+        self._ascii_only = frozenset(ascii_only)  # indexes into _prefiltered
         self._all = (*self._prefiltered, *self._unfiltered)
         self._prefilter = Prefilter(sources)
         self._orders = {kind.name: order for order, kind in enumerate(self.kinds)}
@@ -114,13 +120,22 @@ class Catalog:
     def find(self, text: str, names: frozenset[str], verdicts: Verdicts | None = None) -> list[Found]:
         hits: list[_Hit] = []
         prefiltered = self._prefiltered
-        for index, regions in self._prefilter.regions(text).items():
-            exact = prefiltered[index]
-            if exact.kind in names:
-                _confirm(exact, text, regions, hits, _verdicts_of(exact, verdicts))
+        everywhere: Sequence[Sequence[int]] = ((0, len(text)),)
+        if text.isascii() or not self._ascii_only:
+            for index, regions in self._prefilter.regions(text).items():
+                exact = prefiltered[index]
+                if exact.kind in names:
+                    _confirm(exact, text, regions, hits, _verdicts_of(exact, verdicts))
+        else:
+            candidates = self._prefilter.regions(text)
+            for index, exact in enumerate(prefiltered):
+                if exact.kind in names:
+                    where = everywhere if index in self._ascii_only else candidates.get(index)
+                    if where:
+                        _confirm(exact, text, where, hits, _verdicts_of(exact, verdicts))
         for exact in self._unfiltered:
             if exact.kind in names:
-                _confirm(exact, text, ((0, len(text)),), hits, _verdicts_of(exact, verdicts))
+                _confirm(exact, text, everywhere, hits, _verdicts_of(exact, verdicts))
         if not hits:
             return []
         if len(hits) == 1:

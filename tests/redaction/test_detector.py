@@ -111,3 +111,31 @@ def test_a_per_request_detector_finds_the_same_and_only_it_remembers() -> None:
         assert per_request.scan(text, 0, final=True) == ALL.scan(text, 0, final=True)
     assert per_request._verdicts  # validator verdicts, kept for the request's texts
     assert ALL._verdicts is None  # a shared detector (the log scrubber's) keeps no value
+
+
+CUSTOM = Catalog(
+    (
+        *BUILTIN,
+        custom_pattern("NOT_QUESTION", r"a[^?]b"),
+        custom_pattern("EMPLOYEE_ID", r"EMP-\d{6}"),
+        literal_terms("CODENAME", ["Bluebird"]),
+    )
+).detector()
+
+
+def test_a_custom_pattern_sees_non_ascii_text_as_it_is() -> None:
+    # The prefilter sees "é" as "?"; a custom pattern that tells them apart must still match.
+    text = "xx aéb yy a?b EMP-123456 über bluebird"
+    found = [(f.kind, text[f.start : f.end]) for f in CUSTOM.find(text)]
+    assert found == [("NOT_QUESTION", "aéb"), ("EMPLOYEE_ID", "EMP-123456"), ("CODENAME", "bluebird")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.text("abé?ü EMP-0123456789@x.", max_size=10), st.sampled_from(_PIECES)), max_size=10
+    )
+)
+def test_custom_kinds_find_equals_the_exact_scan(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    assert CUSTOM.find(text) == CUSTOM.scan(text, 0, final=True)[0]
