@@ -185,6 +185,8 @@ def _flags(parent: bool, remote: bool) -> bytes:
 
 
 _CHILD_FLAGS = _flags(True, False)
+_REMOTE_CHILD_FLAGS = _flags(True, True)
+_ROOT_FLAGS = _flags(False, False)
 _names: dict[tuple[str, int], bytes] = {}  # (span name, kind) -> the encoded name and kind
 
 
@@ -208,12 +210,41 @@ class SpanHead:
     """What the spans of one trace under one parent share, encoded once: the trace id, the
     parent's span id and attributes every span of the request carries (the request id)."""
 
-    __slots__ = ("_child_head", "_common", "_trace_head")
+    __slots__ = ("_child_head", "_common", "_parent_id", "_trace_head")
 
     def __init__(self, trace_id: int, parent_id: int, common: bytes = b"") -> None:
         self._trace_head = _TRACE_ID + trace_id.to_bytes(16, "big") + _SPAN_ID
-        self._child_head = _PARENT_SPAN_ID + parent_id.to_bytes(8, "big")
+        self._parent_id = parent_id.to_bytes(8, "big")
+        self._child_head = _PARENT_SPAN_ID + self._parent_id
         self._common = common  # encoded Span.attributes fields
+
+    def parent(
+        self,
+        name: str,
+        kind: int,
+        start_ns: int,
+        end_ns: int,
+        attributes: bytes,
+        *,
+        remote_parent_id: int | None,
+        error: str | None = None,
+        events: Sequence[tuple[str, int]] = (),
+    ) -> bytes:
+        """The parent span itself (its parent, if any, in another process)."""
+        name_kind = _names.get((name, kind))
+        if name_kind is None:
+            name_kind = _name_kind(name, kind)
+            if len(_names) < _CACHE_MAX:
+                _names[(name, kind)] = name_kind
+        parts = [self._trace_head, self._parent_id]
+        if remote_parent_id is not None:
+            parts += (_PARENT_SPAN_ID, remote_parent_id.to_bytes(8, "big"))
+        parts += (name_kind, _TIMES.pack(_START_TAG, start_ns, _END_TAG, end_ns), self._common, attributes)
+        parts += [_event(event_name, at) for event_name, at in events]
+        if error is not None:
+            parts.append(_status(error))
+        parts.append(_REMOTE_CHILD_FLAGS if remote_parent_id is not None else _ROOT_FLAGS)
+        return _framed(b"".join(parts))
 
     def internal(
         self,

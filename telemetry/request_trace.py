@@ -38,6 +38,7 @@ from telemetry.span_attributes import (
     failed_attributes,
     served_attributes,
     server_end_attributes,
+    usage_attributes,
 )
 from telemetry.span_queue import SpanQueue
 
@@ -113,7 +114,7 @@ class _Remembered:
 
 
 class UnsampledTrace:
-    __slots__ = ("_headers", "_span", "_trace", "_tracestate")
+    __slots__ = ("_headers", "_span", "_trace", "_trace_hex", "_tracestate")
 
     sampled = False
 
@@ -122,10 +123,14 @@ class UnsampledTrace:
         self._span = span_id
         self._tracestate = tracestate
         self._headers: dict[str, str] | None = None
+        self._trace_hex: str | None = None
 
     @property
     def trace_id(self) -> str:
-        return f"{self._trace:032x}"
+        found = self._trace_hex  # read by every log line and the audit record
+        if found is None:
+            found = self._trace_hex = f"{self._trace:032x}"
+        return found
 
     @property
     def span_id(self) -> str:
@@ -136,7 +141,7 @@ class UnsampledTrace:
 
     def upstream_headers(self, attempt: Attempt, upstream: Upstream) -> Mapping[str, str]:
         if self._headers is None:
-            self._headers = traceparent.headers(self._trace, self._span, False, self._tracestate)
+            self._headers = traceparent.headers_hex(self.trace_id, self._span, False, self._tracestate)
         return self._headers
 
     def end(self, exchange: Exchange) -> None:
@@ -148,6 +153,19 @@ _Stage = tuple[str, float, float, str | None]
 
 
 class SampledTrace:
+    __slots__ = (
+        "_attempts",
+        "_exchange",
+        "_offset_ns",
+        "_parent",
+        "_recorder",
+        "_span",
+        "_stages",
+        "_trace",
+        "_trace_hex",
+        "_tracestate",
+    )
+
     sampled = True
 
     def __init__(
@@ -163,10 +181,14 @@ class SampledTrace:
         self._offset_ns = time.time_ns() - time.monotonic_ns()
         self._stages: list[_Stage] = []
         self._attempts: list[tuple[Attempt, int, bytes]] = []  # attributes encoded
+        self._trace_hex: str | None = None
 
     @property
     def trace_id(self) -> str:
-        return f"{self._trace:032x}"
+        found = self._trace_hex  # read by every log line, the exemplars, the audit record
+        if found is None:
+            found = self._trace_hex = f"{self._trace:032x}"
+        return found
 
     @property
     def span_id(self) -> str:
@@ -181,7 +203,7 @@ class SampledTrace:
         span_id = random.getrandbits(64)
         attributes = attempt_attributes(self._exchange, attempt, upstream.provider, host, port, index)
         self._attempts.append((attempt, span_id, attributes))
-        return traceparent.headers(self._trace, span_id, True, self._tracestate)
+        return traceparent.headers_hex(self.trace_id, span_id, True, self._tracestate)
 
     def end(self, exchange: Exchange) -> None:
         try:
@@ -198,10 +220,11 @@ class SampledTrace:
         head = otlp_wire.SpanHead(self._trace, self._span, request_id)
         error_type = functools.partial(otlp_wire.attribute, n.ERROR_TYPE)
         spans = head.internal(self._stages, offset, random.getrandbits, error_type)
+        usage = usage_attributes(exchange.usage)  # the attempt that served and the request: the same
         for attempt, span_id, started in self._attempts:
             error = None
             if attempt.ended_at is not None and attempt.error is None:
-                attributes = started + served_attributes(exchange, attempt, recorder.scrub)
+                attributes = started + served_attributes(exchange, attempt, recorder.scrub, usage)
                 ended = completed if exchange.stream else attempt.ended_at
             else:
                 error = attempt.error or "cancelled"
@@ -219,19 +242,18 @@ class SampledTrace:
                 )
             )
         route = _ROUTES.get(exchange.endpoint.value, "")
-        server = server_end_attributes(exchange, route, recorder.workflows.of(exchange), recorder.scrub)
+        server = server_end_attributes(
+            exchange, route, recorder.workflows.of(exchange), recorder.scrub, usage
+        )
         first_byte = exchange.first_byte_at
         spans.append(
-            otlp_wire.span(
-                self._trace,
-                self._span,
-                parent_id=self._parent.span_id if self._parent is not None else None,
-                parent_remote=True,
-                name=f"POST {route}",
-                kind=otlp_wire.SERVER,
-                start_ns=int(exchange.received_at * 1e9) + offset,
-                end_ns=int(completed * 1e9) + offset,
-                span_attributes=request_id + server,
+            head.parent(
+                f"POST {route}",
+                otlp_wire.SERVER,
+                int(exchange.received_at * 1e9) + offset,
+                int(completed * 1e9) + offset,
+                server,
+                remote_parent_id=self._parent.span_id if self._parent is not None else None,
                 # A client's error is not the server's (HTTP conventions): only 5xx fail it.
                 error=exchange.error_code or str(exchange.status) if exchange.status >= 500 else None,
                 events=() if first_byte is None else ((n.FIRST_TOKEN_EVENT, int(first_byte * 1e9) + offset),),

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.exchange import Attempt, Exchange
+from gateway.exchange import Attempt, Exchange, Usage
 from telemetry import names as n
 from telemetry.otlp_wire import attribute, fresh_attribute, group
 
@@ -95,8 +95,24 @@ def attempt_attributes(
     return b"".join(parts)
 
 
-def served_attributes(exchange: Exchange, attempt: Attempt, scrub: Callable[[str], str]) -> bytes:
-    """The answer of the attempt that served the request."""
+def usage_attributes(usage: Usage) -> bytes:
+    """The token counts an upstream reported (nothing if it did not), for the attempt that
+    served the request and for the request: the counts vary, so they are not kept encoded."""
+    if not usage.reported:
+        return b""
+    return b"".join(
+        (
+            fresh_attribute(n.GEN_AI_USAGE_INPUT_TOKENS, usage.prompt_tokens),
+            fresh_attribute(n.GEN_AI_USAGE_OUTPUT_TOKENS, usage.completion_tokens),
+            fresh_attribute(n.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, usage.cached_tokens),
+        )
+    )
+
+
+def served_attributes(
+    exchange: Exchange, attempt: Attempt, scrub: Callable[[str], str], usage: bytes
+) -> bytes:
+    """The answer of the attempt that served the request; `usage` from `usage_attributes`."""
     parts: list[bytes] = []
     if attempt.status:
         parts.append(attribute(n.HTTP_RESPONSE_STATUS_CODE, attempt.status))
@@ -108,15 +124,9 @@ def served_attributes(exchange: Exchange, attempt: Attempt, scrub: Callable[[str
     if exchange.stream and attempt.ended_at is not None:
         ttfc = attempt.ended_at - attempt.started_at
         parts.append(fresh_attribute(n.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, ttfc))
-    usage = exchange.usage
-    if usage.reported:
-        parts += (
-            attribute(n.GEN_AI_USAGE_INPUT_TOKENS, usage.prompt_tokens),
-            attribute(n.GEN_AI_USAGE_OUTPUT_TOKENS, usage.completion_tokens),
-            attribute(n.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, usage.cached_tokens),
-        )
-        if usage.reasoning_tokens:
-            parts.append(attribute(n.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, usage.reasoning_tokens))
+    parts.append(usage)
+    if exchange.usage.reasoning_tokens:
+        parts.append(fresh_attribute(n.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, exchange.usage.reasoning_tokens))
     return b"".join(parts)
 
 
@@ -129,9 +139,9 @@ def failed_attributes(attempt: Attempt, error: str) -> bytes:
 
 
 def server_end_attributes(
-    exchange: Exchange, route: str, workflow: str, scrub: Callable[[str], str]
+    exchange: Exchange, route: str, workflow: str, scrub: Callable[[str], str], usage: bytes
 ) -> bytes:
-    """Who asked, for what, and what became of it."""
+    """Who asked, for what, and what became of it; `usage` from `usage_attributes`."""
     principal = exchange.principal
     tenant, key_id = (principal.tenant.name, principal.key_id) if principal is not None else (None, None)
     decision = exchange.decision
@@ -193,11 +203,5 @@ def server_end_attributes(
         parts.append(fresh_attribute(n.DECISION_ID, exchange.decision_id))
     if exchange.tool_calls_blocked:
         parts.append(attribute(n.TOOL_CALLS_BLOCKED, exchange.tool_calls_blocked))
-    usage = exchange.usage
-    if usage.reported:
-        parts += (
-            attribute(n.GEN_AI_USAGE_INPUT_TOKENS, usage.prompt_tokens),
-            attribute(n.GEN_AI_USAGE_OUTPUT_TOKENS, usage.completion_tokens),
-            attribute(n.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, usage.cached_tokens),
-        )
+    parts.append(usage)
     return b"".join(parts)

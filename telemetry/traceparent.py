@@ -40,7 +40,12 @@ def parse(traceparent: str | None, tracestate: str | None = None) -> Parent | No
 
 def headers(trace_id: int, span_id: int, sampled: bool, tracestate: str | None) -> dict[str, str]:
     """The headers that make (trace_id, span_id) the parent of the next hop."""
-    found = {"traceparent": f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"}
+    return headers_hex(f"{trace_id:032x}", span_id, sampled, tracestate)
+
+
+def headers_hex(trace_hex: str, span_id: int, sampled: bool, tracestate: str | None) -> dict[str, str]:
+    """`headers`, with the trace id already written as 32 hex digits."""
+    found = {"traceparent": f"00-{trace_hex}-{span_id:016x}-{'01' if sampled else '00'}"}
     if tracestate:
         found["tracestate"] = tracestate
     return found
