@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -239,3 +240,12 @@ def test_lines_held_at_shutdown_are_written(served: Served) -> None:
     # uvicorn shuts down gracefully, then ends by the signal it caught.
     assert process.wait(30) in (0, -signal.SIGTERM)
     assert "last-before-shutdown" in _access_ids(log)
+
+
+@pytest.mark.parametrize("created", [0.5, 1_795_000_000.123, 1_795_312_345.678, 1_800_000_001.999])
+def test_the_timestamp_is_the_records_time_whatever_its_digits(created: float) -> None:
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "at a time", None, None)
+    record.created = created
+    entry = orjson.loads(JsonFormatter().format(record))
+    expected = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(created)))
+    assert entry["ts"] == f"{expected}.{int((created - int(created)) * 1000):03d}Z"  # as logging's msecs
