@@ -40,7 +40,7 @@ from telemetry.span_attributes import (
     server_end_attributes,
     usage_attributes,
 )
-from telemetry.span_queue import SpanQueue
+from telemetry.span_queue import FinishedSpans, SpanQueue
 
 logger = logging.getLogger("tollgate.telemetry")
 
@@ -77,7 +77,7 @@ class SpanRecorder:
             return UnsampledTrace(trace_id, random.getrandbits(64), parent.tracestate if parent else None)
         return SampledTrace(self, exchange, trace_id, parent)
 
-    def emit(self, spans: bytes, count: int) -> None:
+    def emit(self, spans: FinishedSpans, count: int) -> None:
         self._queue.put(spans, count)
 
     def server_of(self, upstream: Upstream, replica: int) -> tuple[str, int]:
@@ -155,6 +155,7 @@ _Stage = tuple[str, float, float, str | None]
 class SampledTrace:
     __slots__ = (
         "_attempts",
+        "_ended",
         "_exchange",
         "_offset_ns",
         "_parent",
@@ -172,7 +173,7 @@ class SampledTrace:
         self, recorder: SpanRecorder, exchange: Exchange, trace_id: int, parent: traceparent.Parent | None
     ) -> None:
         self._recorder = recorder
-        self._exchange = exchange
+        self._exchange: Exchange | None = exchange  # until it ends
         self._trace = trace_id
         self._span = random.getrandbits(64)
         self._parent = parent
@@ -182,6 +183,7 @@ class SampledTrace:
         self._stages: list[_Stage] = []
         self._attempts: list[tuple[Attempt, int, bytes]] = []  # attributes encoded
         self._trace_hex: str | None = None
+        self._ended: Ended | None = None
 
     @property
     def trace_id(self) -> str:
@@ -198,22 +200,36 @@ class SampledTrace:
         return _StageTimer(self._stages, name) if self._recorder.stage_spans else _NO_SPAN
 
     def upstream_headers(self, attempt: Attempt, upstream: Upstream) -> Mapping[str, str]:
-        host, port = self._recorder.server_of(upstream, attempt.replica)
-        index = len(self._attempts)
         span_id = random.getrandbits(64)
-        attributes = attempt_attributes(self._exchange, attempt, upstream.provider, host, port, index)
-        self._attempts.append((attempt, span_id, attributes))
+        exchange = self._exchange
+        if exchange is not None:  # else the request has ended: nothing more is recorded
+            host, port = self._recorder.server_of(upstream, attempt.replica)
+            index = len(self._attempts)
+            attributes = attempt_attributes(exchange, attempt, upstream.provider, host, port, index)
+            self._attempts.append((attempt, span_id, attributes))
         return traceparent.headers_hex(self.trace_id, span_id, True, self._tracestate)
 
     def end(self, exchange: Exchange) -> None:
+        """What the spans will say, copied off the exchange (which is then let go); they are
+        encoded in the export thread (`encode`)."""
+        if self._ended is not None:
+            return
         try:
-            self._emit(exchange)
+            recorder = self._recorder
+            self._ended = Ended(exchange, recorder.workflows.of(exchange), recorder.scrub)
+            self._exchange = None
+            recorder.emit(self, len(self._stages) + len(self._attempts) + 1)
         except Exception:  # a telemetry fault must not become the request's
             logger.exception("spans not recorded", extra={"request_id": exchange.request_id})
 
-    def _emit(self, exchange: Exchange) -> None:
-        recorder = self._recorder
-        completed = exchange.completed_at if exchange.completed_at is not None else time.monotonic()
+    def encode(self) -> bytes:
+        ended = self._ended
+        if ended is None:
+            raise RuntimeError("the request has not ended")
+        return self._encode(ended)
+
+    def _encode(self, exchange: Ended) -> bytes:
+        completed = exchange.completed_at
         offset = self._offset_ns
         # Every span of the request carries its id: encoded once, shared by all of them.
         request_id = otlp_wire.fresh_attribute(n.REQUEST_ID, exchange.request_id)
@@ -224,7 +240,7 @@ class SampledTrace:
         for attempt, span_id, started in self._attempts:
             error = None
             if attempt.ended_at is not None and attempt.error is None:
-                attributes = started + served_attributes(exchange, attempt, recorder.scrub, usage)
+                attributes = started + served_attributes(exchange, attempt, usage)
                 ended = completed if exchange.stream else attempt.ended_at
             else:
                 error = attempt.error or "cancelled"
@@ -242,9 +258,7 @@ class SampledTrace:
                 )
             )
         route = _ROUTES.get(exchange.endpoint.value, "")
-        server = server_end_attributes(
-            exchange, route, recorder.workflows.of(exchange), recorder.scrub, usage
-        )
+        server = server_end_attributes(exchange, route, usage)
         first_byte = exchange.first_byte_at
         spans.append(
             head.parent(
@@ -259,7 +273,60 @@ class SampledTrace:
                 events=() if first_byte is None else ((n.FIRST_TOKEN_EVENT, int(first_byte * 1e9) + offset),),
             )
         )
-        recorder.emit(b"".join(spans), len(spans))
+        return b"".join(spans)
+
+
+class Ended:
+    """What a finished request's spans say, copied off its Exchange when it ends (the few
+    values a client or an upstream chose already scrubbed), so that the spans can be encoded
+    later, in another thread, without keeping the request's bodies alive."""
+
+    __slots__ = (
+        "attempts",
+        "completed_at",
+        "decision",
+        "decision_id",
+        "endpoint",
+        "error_code",
+        "finish_reasons",
+        "first_byte_at",
+        "model_alias",
+        "policy_revision",
+        "principal",
+        "received_at",
+        "request_id",
+        "response_model",
+        "session_key",
+        "status",
+        "stream",
+        "tool_calls_blocked",
+        "usage",
+        "workflow",
+    )
+
+    def __init__(self, exchange: Exchange, workflow: str, scrub: Callable[[str], str]) -> None:
+        self.request_id = exchange.request_id
+        self.endpoint = exchange.endpoint
+        self.stream = exchange.stream
+        self.status = exchange.status
+        self.error_code = exchange.error_code
+        self.received_at = exchange.received_at
+        completed = exchange.completed_at
+        self.completed_at = completed if completed is not None else time.monotonic()
+        self.first_byte_at = exchange.first_byte_at
+        self.principal = exchange.principal
+        self.decision = exchange.decision
+        self.decision_id = exchange.decision_id
+        self.policy_revision = exchange.policy_revision
+        self.tool_calls_blocked = exchange.tool_calls_blocked
+        self.attempts = tuple(exchange.attempts)
+        self.usage = exchange.usage
+        self.session_key = exchange.session_key
+        self.workflow = workflow
+        # The client's alias and the upstream's words: the only strings here not the gateway's.
+        self.model_alias = scrub(exchange.model_alias) if exchange.model_alias else ""
+        self.response_model = scrub(exchange.response_model) if exchange.response_model else None
+        self.finish_reasons = [scrub(reason) for reason in exchange.finish_reasons]
 
 
 class _NoSpan(contextlib.AbstractContextManager[None]):

@@ -16,12 +16,14 @@ encoded without being kept. The request id is not here: every span of the reques
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.exchange import Attempt, Exchange, Usage
 from telemetry import names as n
 from telemetry.otlp_wire import attribute, fresh_attribute, group
+
+if TYPE_CHECKING:
+    from telemetry.request_trace import Ended
 
 Attributes = dict[str, Any]
 
@@ -109,18 +111,15 @@ def usage_attributes(usage: Usage) -> bytes:
     )
 
 
-def served_attributes(
-    exchange: Exchange, attempt: Attempt, scrub: Callable[[str], str], usage: bytes
-) -> bytes:
+def served_attributes(exchange: Ended, attempt: Attempt, usage: bytes) -> bytes:
     """The answer of the attempt that served the request; `usage` from `usage_attributes`."""
     parts: list[bytes] = []
     if attempt.status:
         parts.append(attribute(n.HTTP_RESPONSE_STATUS_CODE, attempt.status))
     if exchange.response_model:
-        parts.append(attribute(n.GEN_AI_RESPONSE_MODEL, scrub(exchange.response_model)))
+        parts.append(attribute(n.GEN_AI_RESPONSE_MODEL, exchange.response_model))
     if exchange.finish_reasons:
-        reasons = [scrub(r) for r in exchange.finish_reasons]
-        parts.append(attribute(n.GEN_AI_RESPONSE_FINISH_REASONS, reasons))
+        parts.append(attribute(n.GEN_AI_RESPONSE_FINISH_REASONS, exchange.finish_reasons))
     if exchange.stream and attempt.ended_at is not None:
         ttfc = attempt.ended_at - attempt.started_at
         parts.append(fresh_attribute(n.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, ttfc))
@@ -138,9 +137,7 @@ def failed_attributes(attempt: Attempt, error: str) -> bytes:
     return found
 
 
-def server_end_attributes(
-    exchange: Exchange, route: str, workflow: str, scrub: Callable[[str], str], usage: bytes
-) -> bytes:
+def server_end_attributes(exchange: Ended, route: str, usage: bytes) -> bytes:
     """Who asked, for what, and what became of it; `usage` from `usage_attributes`."""
     principal = exchange.principal
     tenant, key_id = (principal.tenant.name, principal.key_id) if principal is not None else (None, None)
@@ -148,6 +145,7 @@ def server_end_attributes(
     allow = decision.allow if decision is not None else None
     upstream = exchange.attempts[-1].upstream if exchange.attempts else None
     status, operation, alias = exchange.status, exchange.endpoint.operation, exchange.model_alias
+    workflow = exchange.workflow
     error, revision = exchange.error_code, exchange.policy_revision
     key = (
         "server",
@@ -177,7 +175,7 @@ def server_end_attributes(
             attributes[n.TENANT] = tenant
             attributes[n.KEY_ID] = key_id
         if alias:
-            attributes[n.MODEL_ALIAS] = scrub(alias)  # the client's choice
+            attributes[n.MODEL_ALIAS] = alias  # the client's choice, scrubbed
         if error:
             attributes[n.ERROR_TYPE] = error
         if allow is not None:

