@@ -34,9 +34,11 @@ class OtlpTarget(_Strict):
 class TracesConfig(_Strict):
     exporter: Literal["none", "console", "otlp"] = "none"
     otlp: OtlpTarget = OtlpTarget()
-    # Share of requests traced when the client sent no sampled traceparent; a client's
-    # traceparent decides for its own request (parent-based head sampling).
-    sampling_ratio: float = Field(1.0, ge=0, le=1)
+    # Share of requests traced when the client sent no traceparent; a client's traceparent
+    # decides for its own request (parent-based head sampling). 0.1 by default: a traced
+    # request costs the gateway about a quarter more CPU (docs/benchmarks.md, Telemetry), so
+    # tracing every request is a choice to make (1.0), not a default to discover under load.
+    sampling_ratio: float = Field(0.1, ge=0, le=1)
     stage_spans: bool = True  # a child span per request stage
     # Finished spans waiting for export; beyond it they are dropped, and counted. About 1 KB
     # of memory each (a request's seven spans are one queued record until encoded).
