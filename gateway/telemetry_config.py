@@ -40,8 +40,8 @@ class TracesConfig(_Strict):
     # tracing every request is a choice to make (1.0), not a default to discover under load.
     sampling_ratio: float = Field(0.1, ge=0, le=1)
     stage_spans: bool = True  # a child span per request stage
-    # Finished spans waiting for export; beyond it they are dropped, and counted. About 1 KB
-    # of memory each (a request's seven spans are one queued record until encoded).
+    # Finished spans waiting for export; beyond it they are dropped, and counted. A few
+    # hundred bytes each (a request's seven spans are one queued record until encoded).
     queue_size: int = Field(8192, ge=1)
     # Spans per export: a full batch goes at once, the rest every export_interval_s. Each
     # export has a fixed cost (an HTTP round trip, headers parsed), so larger is cheaper per
