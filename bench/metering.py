@@ -245,10 +245,12 @@ def section(meta: dict[str, Any], s: dict[str, Any], g: dict[str, Any] | None) -
         "",
         "Reading: one request at a time, each Redis call is a loopback round trip, and on this VM",
         "waking redis-server is most of it; only the reserve is on the request's path (the settle",
-        "runs after the response is sent). Under load, calls made in the same event-loop turn share",
-        "one pipeline (Redis) or one transaction (SQLite, group commit), which is the cost a busy",
-        "gateway pays: the 64-at-once rows. The gateway rows also carry Redis's own CPU, on the same",
-        "two cores as everything else; the RPS target is not met even with metering off here.",
+        "runs after the response is sent). Under load, calls made while others are in flight share",
+        "one write (Redis, `adapters/state/redis_wire.py`) or one transaction (SQLite, group commit),",
+        "which is the cost a busy gateway pays: the 64-at-once rows. In the gateway rows metering",
+        "costs more CPU than the store calls alone: the meter stage and the settle (estimates, plan,",
+        "rate-limit headers, ledger row) and two more socket writes and reads per request; Redis's",
+        "own CPU shares the same two cores.",
     ]
     return "\n".join(lines)
 
