@@ -17,6 +17,7 @@ from telemetry.instruments import Instruments
 from telemetry.labels import WorkflowLabels, prompt_family, turn_bucket
 
 SUCCESS = "success"
+OTHER_MODEL = "other"  # a model name the config does not know: a client's text, never a label
 _CANCELLED = "cancelled"  # an attempt abandoned before it ended (the client left, the deadline passed)
 
 
@@ -30,8 +31,10 @@ class MetricsRecorder:
         upstreams: Mapping[str, Upstream],
         prices: PriceBook,
         family_buckets: int,
+        aliases: frozenset[str],
     ) -> None:
         self._m = instruments
+        self._aliases = aliases
         self._workflows = workflows
         self._prices = prices
         self._family_buckets = family_buckets
@@ -47,6 +50,8 @@ class MetricsRecorder:
         m = self._m
         operation = exchange.endpoint.operation
         alias = exchange.model_alias
+        if alias and alias not in self._aliases:
+            alias = OTHER_MODEL
         workflow = self._workflows.of(exchange)
         trace = exchange.trace
         exemplar = trace.trace_id if trace.sampled else None

@@ -73,6 +73,7 @@ def build_telemetry(
         upstreams,
         PriceBook.from_config(config.prices),
         settings.labels.prompt_family_buckets,
+        frozenset(config.models),
     )
     tracer: Tracer = NO_TRACER
     spans: SpanQueue | None = None

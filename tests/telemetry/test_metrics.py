@@ -63,6 +63,10 @@ def test_the_page_counts_requests_by_workflow_model_and_outcome(
             model="nope", messages=HELLO, extra_headers={"x-workflow": "triage"}
         )
     assert _value(url, name, tollgate_workflow="triage", error_type="model_not_found") >= 1
+    # A model name the config does not know is the client's text: folded, never a label value.
+    models = {dict(labels).get("tollgate_model") for labels in _samples(url, name)}
+    assert "nope" not in models
+    assert _value(url, name, tollgate_model="other", error_type="model_not_found") >= 1
 
 
 def test_cached_and_input_tokens_give_the_hit_ratio_by_family(
