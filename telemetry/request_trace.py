@@ -66,6 +66,9 @@ class SpanRecorder:
         # For attribute values a client or an upstream chose (model alias, response model,
         # finish reasons): the same few values recur, and scrubbing one costs about 10 µs.
         self.scrub = _Remembered(scrub)
+        # For the request id, new on every request: a client may have chosen it, so it is
+        # scrubbed too (as in the log lines, with the same scrubber), but not remembered.
+        self.scrub_unique = scrub
         self._servers: dict[str, tuple[str, int]] = {}  # replica URL -> (host, port)
 
     def begin(self, exchange: Exchange) -> RequestTrace:
@@ -216,7 +219,8 @@ class SampledTrace:
             return
         try:
             recorder = self._recorder
-            self._ended = Ended(exchange, recorder.workflows.of(exchange), recorder.scrub)
+            workflow = recorder.workflows.of(exchange)
+            self._ended = Ended(exchange, workflow, recorder.scrub, recorder.scrub_unique)
             self._exchange = None
             recorder.emit(self, len(self._stages) + len(self._attempts) + 1)
         except Exception:  # a telemetry fault must not become the request's
@@ -304,8 +308,14 @@ class Ended:
         "workflow",
     )
 
-    def __init__(self, exchange: Exchange, workflow: str, scrub: Callable[[str], str]) -> None:
-        self.request_id = exchange.request_id
+    def __init__(
+        self,
+        exchange: Exchange,
+        workflow: str,
+        scrub: Callable[[str], str],
+        scrub_unique: Callable[[str], str],
+    ) -> None:
+        self.request_id = scrub_unique(exchange.request_id)  # a client's X-Request-ID, maybe
         self.endpoint = exchange.endpoint
         self.stream = exchange.stream
         self.status = exchange.status

@@ -294,3 +294,21 @@ def test_spans_and_metrics_go_over_grpc_too(upstream_sim: RunningSimulator, requ
             assert eventually(
                 lambda: "gen_ai.client.operation.duration" in grpc_receiver.received.metric_names(), 10
             )
+
+
+def test_a_request_id_the_client_chose_is_scrubbed_on_spans_as_in_logs(
+    traced_client: openai.OpenAI, receiver: OtlpReceiver
+) -> None:
+    secret = (
+        "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z" + "T3BlbkFJ" + "Qa7sDf0gHj3kLz"
+    )  # well-formed as an id
+    header, trace_id, _ = _traceparent()
+    raw = traced_client.chat.completions.with_raw_response.create(
+        model="chat", messages=HELLO, extra_headers={"traceparent": header, "x-request-id": secret}
+    )
+    assert raw.headers["x-request-id"] == secret  # the client's own id comes back to the client
+    spans = _trace(receiver, trace_id)
+    assert spans
+    for span in spans:
+        assert secret not in span.attributes["tollgate.request_id"], span.name
+        assert "[OPENAI_API_KEY]" in span.attributes["tollgate.request_id"]
