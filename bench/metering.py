@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
+import functools
 import statistics
 import sys
 import tempfile
@@ -150,15 +150,7 @@ def gateway_config(
 
 
 def start_gateway(stack: spine.Stack, name: str, key_hash: str, state: dict[str, Any] | None) -> None:
-    port = spine.free_port()
-    path = stack.tmp / f"gateway-{name}.yaml"
-    path.write_text(json.dumps(gateway_config(stack, port, key_hash, state)))
-    log = stack.tmp / f"gateway-{name}.log"
-    argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", str(port)]
-    stack.gateway = stack.procs.start(f"gateway-{name}", argv, log)
-    stack.gateway_port = port
-    spine.wait_http_ok(f"http://{spine.HOST}:{port}/healthz", stack.gateway, "the gateway", log)
-    time.sleep(2)  # both workers up
+    spine.serve_gateway(stack, name, lambda port: gateway_config(stack, port, key_hash, state))
 
 
 def gateway_figures(rounds: int, seconds: float) -> dict[str, Any]:
@@ -171,28 +163,14 @@ def gateway_figures(rounds: int, seconds: float) -> dict[str, Any]:
         "redis": {"store": "redis", "redis_url": REDIS_URL, "key_prefix": prefix},
         "sqlite": {"store": "sqlite", "sqlite_path": str(tmp / "state.db")},
     }
-    rps: dict[str, list[float]] = {name: [] for name in variants}
-    cpu: dict[str, list[float]] = {name: [] for name in variants}
     try:
         stack = spine.start_stack(procs, tmp, "auto", 1)
         script = spine.write_wrk_script(dataclasses.replace(stack, api_key=key))
-        for _ in range(rounds):
-            for name, state in variants.items():
-                start_gateway(stack, name, hash_key(key), state)
-                assert stack.gateway is not None
-                run = spine.served_load(stack.gateway_url, stack.gateway.pid, script, 64, seconds)
-                if run["errors"] or run.get("non2xx"):
-                    raise spine.BenchError(f"{name}: wrk saw errors: {run}")
-                rps[name].append(run["rps"])
-                cpu[name].append(run["cpu_ms_per_request"])
-                procs.stop(stack.gateway)
-                stack.gateway = None
-        return {
-            "upstream": stack.upstream_kind,
-            "rps": {name: statistics.median(v) for name, v in rps.items()},
-            "cpu_ms_per_request": {name: statistics.median(v) for name, v in cpu.items()},
-            "runs": rps,
+        starts = {
+            name: functools.partial(start_gateway, stack, name, hash_key(key), state)
+            for name, state in variants.items()
         }
+        return spine.alternating_gateways(stack, starts, script, rounds, seconds)
     finally:
         procs.stop_all()
         client = redis.Redis.from_url(REDIS_URL)

@@ -33,7 +33,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -629,6 +629,46 @@ def served_load(
         result["cpu_s"] = cpu
         result["cpu_ms_per_request"] = 1000 * cpu / max(result["requests"], 1)
     return result
+
+
+def serve_gateway(stack: Stack, name: str, config_for_port: Callable[[int], dict[str, Any]]) -> None:
+    """`tollgate serve` on a free port with the config `config_for_port(port)`, as
+    `stack.gateway`, once it answers and both workers are up."""
+    port = free_port()
+    path = stack.tmp / f"gateway-{name}.yaml"
+    path.write_text(json.dumps(config_for_port(port)))  # JSON is YAML
+    log = stack.tmp / f"gateway-{name}.log"
+    argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", str(port)]
+    stack.gateway = stack.procs.start(f"gateway-{name}", argv, log)
+    stack.gateway_port = port
+    wait_http_ok(f"http://{HOST}:{port}/healthz", stack.gateway, "the gateway", log)
+    time.sleep(2)  # both workers up
+
+
+def alternating_gateways(
+    stack: Stack, starts: Mapping[str, Callable[[], None]], script: Path, rounds: int, seconds: float
+) -> dict[str, Any]:
+    """wrk c64 through each gateway variant in turn (`starts[name]()` starts it as
+    `stack.gateway`), `rounds` times; medians of RPS and gateway CPU per request."""
+    rps: dict[str, list[float]] = {name: [] for name in starts}
+    cpu: dict[str, list[float]] = {name: [] for name in starts}
+    for _ in range(rounds):
+        for name, start in starts.items():
+            start()
+            assert stack.gateway is not None
+            run = served_load(stack.gateway_url, stack.gateway.pid, script, 64, seconds)
+            if run["errors"] or run.get("non2xx"):
+                raise BenchError(f"{name}: wrk saw errors: {run}")
+            rps[name].append(run["rps"])
+            cpu[name].append(run["cpu_ms_per_request"])
+            stack.procs.stop(stack.gateway)
+            stack.gateway = None
+    return {
+        "upstream": stack.upstream_kind,
+        "rps": {name: statistics.median(v) for name, v in rps.items()},
+        "cpu_ms_per_request": {name: statistics.median(v) for name, v in cpu.items()},
+        "runs": rps,
+    }
 
 
 # --------------------------------------------------------------------------- streaming TTFB

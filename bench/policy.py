@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import functools
 import os
 import shutil
 import statistics
@@ -255,15 +255,7 @@ def gateway_config(
 
 
 def start_gateway(stack: spine.Stack, name: str, keys: dict[str, str], policy: Path | None) -> None:
-    port = spine.free_port()
-    path = stack.tmp / f"gateway-{name}.yaml"
-    path.write_text(json.dumps(gateway_config(stack, port, keys, policy)))
-    log = stack.tmp / f"gateway-{name}.log"
-    argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", str(port)]
-    stack.gateway = stack.procs.start(f"gateway-{name}", argv, log)
-    stack.gateway_port = port
-    spine.wait_http_ok(f"http://{spine.HOST}:{port}/healthz", stack.gateway, "the gateway", log)
-    time.sleep(2)  # both workers up
+    spine.serve_gateway(stack, name, lambda port: gateway_config(stack, port, keys, policy))
     headers = {"content-type": "application/json", "authorization": f"Bearer {next(iter(keys.values()))}"}
     status, body = spine.http("POST", stack.gateway_url, spine.CHAT_BODY.encode(), headers, timeout=5)
     if status != 200:
@@ -275,8 +267,6 @@ def gateway_figures(directory: Path, rounds: int, seconds: float) -> dict[str, A
     tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-policy-"))
     keys = {name: generate_key() for name in tenant_names()}
     variants: dict[str, Path | None] = {"spine": None, "policy": directory}
-    rps: dict[str, list[float]] = {name: [] for name in variants}
-    cpu: dict[str, list[float]] = {name: [] for name in variants}
     try:
         stack = spine.start_stack(procs, tmp, "auto", 1)
         script = tmp / "keys.lua"
@@ -286,23 +276,10 @@ def gateway_figures(directory: Path, rounds: int, seconds: float) -> dict[str, A
             WRK_KEYS_SCRIPT.format(keys=lua_keys, body=spine.CHAT_BODY)
             + done[done.index("done = function") :]
         )
-        for _ in range(rounds):
-            for name, policy in variants.items():
-                start_gateway(stack, name, keys, policy)
-                assert stack.gateway is not None
-                run = spine.served_load(stack.gateway_url, stack.gateway.pid, script, 64, seconds)
-                if run["errors"] or run.get("non2xx"):
-                    raise spine.BenchError(f"{name}: wrk saw errors: {run}")
-                rps[name].append(run["rps"])
-                cpu[name].append(run["cpu_ms_per_request"])
-                procs.stop(stack.gateway)
-                stack.gateway = None
-        return {
-            "upstream": stack.upstream_kind,
-            "rps": {name: statistics.median(v) for name, v in rps.items()},
-            "cpu_ms_per_request": {name: statistics.median(v) for name, v in cpu.items()},
-            "runs": rps,
+        starts = {
+            name: functools.partial(start_gateway, stack, name, keys, dir_) for name, dir_ in variants.items()
         }
+        return spine.alternating_gateways(stack, starts, script, rounds, seconds)
     finally:
         procs.stop_all()
 

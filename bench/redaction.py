@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import http.client
 import json
 import random
@@ -274,9 +275,8 @@ def window_cost(repeat: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the running gateway
 
 
-def start_gateway(stack: spine.Stack, plain_hash: str, redacted_hash: str) -> None:
-    port = spine.free_port()
-    config = {
+def gateway_config(stack: spine.Stack, plain_hash: str, redacted_hash: str, port: int) -> dict[str, Any]:
+    return {
         "server": {"host": spine.HOST, "port": port, "workers": 2, "access_log": True},
         "upstreams": {
             "fast": {"kind": "openai_compat", "base_url": f"http://{spine.HOST}:{stack.fast_port}/v1"},
@@ -292,14 +292,12 @@ def start_gateway(stack: spine.Stack, plain_hash: str, redacted_hash: str) -> No
         },
         "keys": [{"tenant": "plain", "hash": plain_hash}, {"tenant": "redacted", "hash": redacted_hash}],
     }
-    path = stack.tmp / "gateway-redaction.yaml"
-    path.write_text(json.dumps(config))
-    log = stack.tmp / "gateway-redaction.log"
-    argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(path), "--port", str(port)]
-    stack.gateway = stack.procs.start("gateway", argv, log)
-    stack.gateway_port = port
-    spine.wait_http_ok(f"http://{spine.HOST}:{port}/healthz", stack.gateway, "the gateway", log)
-    time.sleep(2)  # both workers up
+
+
+def start_gateway(stack: spine.Stack, plain_hash: str, redacted_hash: str) -> None:
+    spine.serve_gateway(
+        stack, "redaction", functools.partial(gateway_config, stack, plain_hash, redacted_hash)
+    )
 
 
 def first_content_ms(port: int, key: str, reply: str) -> float:
