@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 
+from gateway.logs import JsonFormatter
+from gateway.redaction.scrub import Scrubber
 from simulator import RecordedRequest, RunningSimulator
 from tests.servers import UPSTREAM_KEY
 
@@ -56,3 +61,20 @@ def openai_error(response: httpx.Response, status: int) -> dict[str, Any]:
     assert isinstance(error["message"], str)
     assert error["message"]
     return error
+
+
+@contextmanager
+def captured_logs(scrubber: Scrubber | None = None) -> Iterator[io.StringIO]:
+    """Every INFO-or-worse line this process logs meanwhile, formatted as the server formats it."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter(scrubber))
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        yield stream
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)

@@ -4,8 +4,6 @@ secrets; and detection failures fail closed (or open, where configured), logged 
 from __future__ import annotations
 
 import asyncio
-import io
-import logging
 import shutil
 import threading
 from collections.abc import Iterator
@@ -21,13 +19,12 @@ import uvicorn
 from gateway.app import create_app
 from gateway.config import GatewayConfig
 from gateway.keys import hash_key
-from gateway.logs import JsonFormatter
 from gateway.policy.decision import RedactRules
 from gateway.redaction.detector import Catalog, Found, Verdicts
 from gateway.redaction.entities import BUILTIN
 from gateway.redaction.settings import RedactionSettings, TenantRedaction, scrubber_for
 from simulator import RunningSimulator
-from tests.harness import openai_error, openai_upstream, recorded
+from tests.harness import captured_logs, openai_error, openai_upstream, recorded
 from tests.redaction.corpus import JWT, PEM
 from tests.servers import UPSTREAM_KEY, RunningGateway, gateway_config
 
@@ -73,23 +70,6 @@ def serving(config: GatewayConfig, redaction: RedactionSettings | None = None) -
         running.stop()
 
 
-@contextmanager
-def captured_logs(config: GatewayConfig) -> Iterator[io.StringIO]:
-    """Everything the process logs, formatted as the server formats it."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter(scrubber_for(config)))
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    try:
-        yield stream
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
-
-
 def test_logs_and_the_decision_log_carry_no_raw_value(upstream: RunningSimulator, tmp_path: Path) -> None:
     policies = tmp_path / "policies"
     shutil.copytree(SHIPPED_POLICIES, policies)
@@ -103,7 +83,7 @@ def test_logs_and_the_decision_log_carry_no_raw_value(upstream: RunningSimulator
         audit={"path": str(audit), "fsync": "never"},
         policy={"dir": str(policies)},
     )
-    with captured_logs(config) as logs, serving(config) as gateway:
+    with captured_logs(scrubber_for(config)) as logs, serving(config) as gateway:
         headers = {"authorization": f"Bearer {DEMO_KEY}", "x-request-id": AWS}
         with httpx.Client(base_url=gateway.url, headers=headers, timeout=30) as http:
             messages = [{"role": "user", "content": f"{SECRET_TEXT}\n{PEM}\n{JWT}"}]
@@ -175,7 +155,7 @@ def test_a_failing_detector_fails_the_request_closed(
     failing: tuple[RunningGateway, GatewayConfig], upstream: RunningSimulator, request_id: str
 ) -> None:
     gateway, config = failing
-    with captured_logs(config) as logs:
+    with captured_logs(scrubber_for(config)) as logs:
         response = _post(gateway, "closed", request_id)
     error = openai_error(response, 500)
     assert error["code"] == "redaction_failed"
@@ -218,7 +198,7 @@ def test_a_fail_open_tenant_passes_unredacted_and_is_counted(
 ) -> None:
     gateway, config = failing
     with (
-        captured_logs(config) as logs,
+        captured_logs(scrubber_for(config)) as logs,
         openai.OpenAI(base_url=gateway.base_url, api_key="tg-test-open", max_retries=0) as oai,
     ):
         answer = oai.chat.completions.create(

@@ -4,7 +4,6 @@ the same ids its spans and the upstream request carry."""
 from __future__ import annotations
 
 import io
-import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -13,9 +12,8 @@ import openai
 import orjson
 import pytest
 
-from gateway.logs import JsonFormatter
 from simulator import RunningSimulator
-from tests.harness import HELLO, eventually, recorded
+from tests.harness import HELLO, captured_logs, eventually, recorded
 from tests.servers import TEST_KEY, RunningGateway, running_gateway
 from tests.telemetry.conftest import telemetry_block, traced_config
 from tests.telemetry.receiver import OtlpReceiver
@@ -30,18 +28,8 @@ def logged(upstream_sim: RunningSimulator, receiver: OtlpReceiver) -> Iterator[R
 
 @pytest.fixture
 def lines() -> Iterator[io.StringIO]:
-    out = io.StringIO()
-    handler = logging.StreamHandler(out)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    try:
+    with captured_logs() as out:
         yield out
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
 
 
 @pytest.mark.parametrize("sampled", [True, False])
