@@ -289,6 +289,8 @@ def _fresh_metrics_dir() -> tuple[Path, bool]:
 def _run_workers(config: GatewayConfig, host: str | None, port: int | None, workers: int | None) -> None:
     import uvicorn
 
+    from gateway.http_protocol import HTTP_PROTOCOL
+
     server = config.server
     uvicorn.run(
         "gateway.serve:app_factory",
@@ -297,10 +299,11 @@ def _run_workers(config: GatewayConfig, host: str | None, port: int | None, work
         port=port if port is not None else server.port,
         workers=workers or server.workers,
         loop="uvloop" if _has_uvloop() else "asyncio",
-        http="httptools",
+        http=HTTP_PROTOCOL,
         lifespan="on",
         access_log=False,
         server_header=False,
+        proxy_headers=False,  # X-Forwarded-*: the gateway reads neither client address nor scheme
         log_config=None,
         backlog=4096,
         timeout_keep_alive=30,

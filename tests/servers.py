@@ -12,6 +12,7 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig
+from gateway.http_protocol import HTTP_PROTOCOL
 from gateway.keys import hash_key
 
 TEST_KEY = "tg-test-key-alpha"
@@ -60,9 +61,10 @@ def running_gateway(config: GatewayConfig) -> Iterator[RunningGateway]:
             host="127.0.0.1",
             port=0,
             loop="asyncio",
-            http="httptools",
+            http=HTTP_PROTOCOL,
             lifespan="on",
             access_log=False,
+            proxy_headers=False,
             log_config=None,
             timeout_graceful_shutdown=2,
         )
