@@ -6,6 +6,9 @@ tenant's mode. A gateway's own scrubber (`settings.scrubber_for(config)`) also k
 tenants' custom kinds and the credentials written in the config; the log formatter uses
 that one. A record with nothing to scrub comes back as the very same object.
 
+A `Verbatim` string is the gateway's own (an id it minted) and passes as it is: a scan could
+read a run of its random digits as a card number and log an id that matches nothing.
+
 A scrubber remembers the short strings it found clean (a bounded table), since a log line
 repeats most of its values (tenant, model, upstream, route, status): a record whose strings
 were all seen before returns without a scan, and only unseen strings are scanned.
@@ -33,6 +36,12 @@ CLEAN_MAX_STRINGS = 4096
 """The table of clean strings is emptied when it holds this many."""
 
 
+class Verbatim(str):
+    """Text the gateway made itself, with nothing of a client's in it: never scrubbed."""
+
+    __slots__ = ()
+
+
 def marker(found: Found, value: str) -> str:
     return f"[{found.kind}]"
 
@@ -54,7 +63,7 @@ class Scrubber:
         )
 
     def text(self, value: str) -> str:
-        if value in self._clean:
+        if value in self._clean or type(value) is Verbatim:
             return value
         scrubbed = value
         for secret in self._secrets:
@@ -210,7 +219,7 @@ def _class_nul_free(items: Any) -> bool:
 def _collect(value: Any, known: dict[str, None], into: list[str]) -> None:
     """The strings in `value` (at any depth) that are not in `known`, into `into`."""
     if isinstance(value, str):
-        if value not in known:
+        if value not in known and type(value) is not Verbatim:
             into.append(value)
         return
     if isinstance(value, dict):
@@ -225,7 +234,7 @@ def _collect(value: Any, known: dict[str, None], into: list[str]) -> None:
         elif kind in _SCALARS:
             continue
         elif isinstance(item, str):
-            if item not in known:
+            if item not in known and kind is not Verbatim:
                 into.append(item)
         elif isinstance(item, _CONTAINERS):
             _collect(item, known, into)

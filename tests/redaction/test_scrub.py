@@ -14,6 +14,7 @@ from gateway.redaction.scrub import (
     CLEAN_MAX_CHARS,
     CLEAN_MAX_STRINGS,
     Scrubber,
+    Verbatim,
     scrub_record,
     scrub_text,
     separator_blind,
@@ -49,6 +50,17 @@ def test_scrub_record_reaches_every_string_and_keeps_the_shape() -> None:
 def test_a_clean_record_comes_back_untouched() -> None:
     record = {"request_id": "req_abc", "status": 200, "tags": ["a", "b"]}
     assert scrub_record(record) is record
+
+
+def test_the_gateways_own_text_is_never_scrubbed_and_the_same_text_of_a_clients_is() -> None:
+    minted = "req_6151522766162256c0468f9681be4195"  # random hex whose digits pass the card check
+    assert scrub_text(minted) == "req_[CREDIT_CARD]c0468f9681be4195"
+    assert scrub_text(Verbatim(minted)) == minted
+    record = {"request_id": Verbatim(minted), "spans": [Verbatim(minted), minted]}
+    assert scrub_record(record) == {
+        "request_id": minted,
+        "spans": [minted, "req_[CREDIT_CARD]c0468f9681be4195"],
+    }
 
 
 def test_configured_secrets_are_masked_as_literals() -> None:
