@@ -10,6 +10,7 @@ import logging
 import time
 
 from gateway.exchange import Exchange
+from gateway.logs import log_info
 
 logger = logging.getLogger("tollgate.access")
 
@@ -24,9 +25,10 @@ class AccessLog:
         last = exchange.attempts[-1] if exchange.attempts else None
         principal = exchange.principal
         usage = exchange.usage
-        logger.info(
+        log_info(
+            logger,
             "request",
-            extra={
+            {
                 "request_id": exchange.request_id,
                 "tenant": principal.tenant.name if principal else None,
                 "key_id": principal.key_id if principal else None,

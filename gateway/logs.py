@@ -48,26 +48,29 @@ class JsonFormatter(logging.Formatter):
         return f"{self._second_text}.{int((created - second) * 1000):03d}Z"
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        for key, value in record.__dict__.items():
-            if key not in _STANDARD and key[0] != "_":
-                # Anything orjson would stringify is stringified first, so that it is scrubbed too.
-                entry[key] = value if isinstance(value, _JSON_VALUES) else str(value)
+        fields = {k: v for k, v in record.__dict__.items() if k not in _STANDARD and k[0] != "_"}
+        exc = self.formatException(record.exc_info) if record.exc_info else None
+        level = record.levelname.lower()
+        return self.line(record.created, level, record.name, record.getMessage(), fields, exc)
+
+    def line(
+        self, created: float, level: str, name: str, msg: str, fields: dict[str, Any], exc: str | None = None
+    ) -> str:
+        entry: dict[str, Any] = {"level": level, "logger": name, "msg": msg}
+        for key, value in fields.items():
+            # Anything orjson would stringify is stringified first, so that it is scrubbed too.
+            entry[key] = value if isinstance(value, _JSON_VALUES) else str(value)
         correlation = CORRELATION.get()
         if correlation is not None:  # a line written while serving a request
             entry.setdefault("request_id", correlation.request_id)
             if correlation.trace.trace_id is not None:
                 entry.setdefault("trace_id", correlation.trace.trace_id)
                 entry.setdefault("span_id", correlation.trace.span_id)
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
+        if exc is not None:
+            entry["exc"] = exc
         # The timestamp is the gateway's own and new on every line: not scrubbed (a scan could
         # take its digits for a phone number), and kept out of the scrubber's clean cache.
-        line = {"ts": self._timestamp(record.created), **self._scrubber.record(entry)}
+        line = {"ts": self._timestamp(created), **self._scrubber.record(entry)}
         return orjson.dumps(line, default=str).decode()
 
 
@@ -100,10 +103,23 @@ class BatchedLineHandler(logging.Handler):
         except Exception:
             self.handleError(record)
             return
+        self._add(line, record.levelno)
+
+    def emit_info(self, formatter: JsonFormatter, name: str, msg: str, fields: dict[str, Any]) -> None:
+        """An INFO line of logger `name`, formatted by `formatter` (this handler's), without
+        a LogRecord: see `log_info`."""
+        line = formatter.line(time.time(), "info", name, msg, fields)
+        self.acquire()
+        try:
+            self._add(line, logging.INFO)
+        finally:
+            self.release()
+
+    def _add(self, line: str, levelno: int) -> None:
         self._lines.append(line)
         if (
             len(self._lines) >= self._max_lines
-            or record.levelno >= logging.WARNING
+            or levelno >= logging.WARNING
             or CORRELATION.get() is None  # not serving a request: starting, stopping, a timer's
         ):
             self._write()
@@ -149,6 +165,50 @@ def configure_logging(level: str = "info", scrubber: Scrubber | None = None) -> 
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+def log_info(logger: logging.Logger, msg: str, fields: dict[str, Any]) -> None:
+    """`logger.info(msg, extra=fields)`, for the caller that checked `logger.isEnabledFor(INFO)`.
+
+    Where that line could only reach the handler `configure_logging` installed (no other
+    handler or filter on the way, as the gateway sets logging up), the handler gets the
+    fields directly and writes the same line without the logging module building and
+    dispatching a LogRecord: the access line is written for every request.
+    """
+    direct = _direct_handler(logger)
+    if direct is None:
+        logger.info(msg, extra=fields)
+        return
+    handler, formatter = direct
+    try:
+        handler.emit_info(formatter, logger.name, msg, fields)
+    except Exception:  # the logging module's own way reports the trouble
+        logger.info(msg, extra=fields)
+
+
+def _direct_handler(logger: logging.Logger) -> tuple[BatchedLineHandler, JsonFormatter] | None:
+    current: logging.Logger | None = logger
+    while current is not None:
+        if current.filters or current.disabled:
+            return None
+        if current.parent is None:  # the root
+            handlers = current.handlers
+            if len(handlers) != 1:
+                return None
+            handler = handlers[0]
+            formatter = handler.formatter
+            if (
+                type(handler) is not BatchedLineHandler
+                or handler.filters
+                or handler.level > logging.INFO
+                or not isinstance(formatter, JsonFormatter)
+            ):
+                return None
+            return handler, formatter
+        if current.handlers or not current.propagate:
+            return None
+        current = current.parent
+    return None
 
 
 def flush_logs() -> None:

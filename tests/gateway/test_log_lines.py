@@ -1,5 +1,6 @@
 """Log lines are written in batches, and none is lost: not the ones a warning follows, not
-the ones still held when the server shuts down."""
+the ones still held when the server shuts down. The access line's direct way to the handler
+writes what the logging module would, and a request id the gateway minted is never altered."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ import orjson
 import pytest
 import yaml
 
-from gateway.logs import BatchedLineHandler, JsonFormatter, flush_logs
+from gateway.logs import BatchedLineHandler, JsonFormatter, flush_logs, log_info
+from gateway.redaction.scrub import Verbatim, scrub_text
+from gateway.request_ids import request_id_from
 from gateway.tracing import CORRELATION, Correlation
 from simulator import RunningSimulator
 from tests.harness import HELLO, eventually, free_port, openai_upstream
@@ -249,3 +252,80 @@ def test_the_timestamp_is_the_records_time_whatever_its_digits(created: float) -
     entry = orjson.loads(JsonFormatter().format(record))
     expected = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(created)))
     assert entry["ts"] == f"{expected}.{int((created - int(created)) * 1000):03d}Z"  # as logging's msecs
+
+
+@pytest.fixture
+def root_handler() -> Iterator[tuple[CountingStream, logging.Logger]]:
+    """The root logger as `configure_logging` sets it up, writing to a stream of ours."""
+    stream = CountingStream()
+    handler = BatchedLineHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    saved, level = root.handlers[:], root.level
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    logger = logging.getLogger("tests.direct.access")
+    try:
+        yield stream, logger
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)
+        logger.handlers[:] = []
+        logger.filters[:] = []
+
+
+ACCESS_FIELDS = {"tenant": "acme", "status": 200, "stream": False, "error": None, "duration_ms": 1.25}
+
+
+def _entries(stream: io.StringIO) -> list[dict[str, object]]:
+    entries = [orjson.loads(line) for line in stream.getvalue().splitlines()]
+    for entry in entries:
+        entry.pop("ts")
+    return entries
+
+
+def test_log_info_writes_the_line_logger_info_writes(root_handler) -> None:  # type: ignore[no-untyped-def]
+    stream, logger = root_handler
+
+    def serve() -> None:
+        CORRELATION.set(Correlation("req-same-line"))
+        logger.info("request", extra=dict(ACCESS_FIELDS))
+        log_info(logger, "request", dict(ACCESS_FIELDS))
+        flush_logs()
+
+    contextvars.copy_context().run(serve)
+    through_logging, direct = _entries(stream)
+    assert direct == through_logging
+    assert direct["request_id"] == "req-same-line" and direct["tenant"] == "acme"
+
+
+def test_log_info_takes_the_logging_modules_way_past_another_handler_or_a_filter(root_handler) -> None:  # type: ignore[no-untyped-def]
+    stream, logger = root_handler
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    logger.handlers[:] = [Keep()]
+    log_info(logger, "request", dict(ACCESS_FIELDS))
+    assert [record.getMessage() for record in seen] == ["request"]
+    logger.handlers[:] = []
+
+    logger.addFilter(lambda record: False)  # a filter that drops every line
+    log_info(logger, "request", dict(ACCESS_FIELDS))
+    flush_logs()
+    assert len(_entries(stream)) == 1  # only the first line, which also propagated to the root
+
+
+def test_a_minted_request_id_is_logged_as_it_is_and_a_clients_is_scrubbed(root_handler) -> None:  # type: ignore[no-untyped-def]
+    stream, logger = root_handler
+    minted = request_id_from(None)
+    # The same random hex with a run of digits that passes the card check: text of the client's.
+    card_like = "req_c9fed51bc05a4969242448027da63f2a"
+    assert scrub_text(card_like) != card_like
+    spoofed = request_id_from(card_like)
+    for request_id in (Verbatim(card_like), minted, spoofed):
+        log_info(logger, "request", {"request_id": request_id})
+    flush_logs()
+    assert [entry["request_id"] for entry in _entries(stream)] == [card_like, minted, scrub_text(card_like)]
