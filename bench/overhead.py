@@ -910,7 +910,8 @@ def summarise(out: dict[str, Any]) -> dict[str, Any]:
 
 
 def profile(stack: Stack, gateway: Server, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
-    spy = shutil.which("py-spy")
+    # a virtualenv's py-spy is beside its python, whether or not the venv is on PATH
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if spy is None:
         raise BenchError("py-spy is not installed (pip install py-spy)")
     script = write_wrk_script(stack)
