@@ -34,6 +34,9 @@ class HttpClient:
         self._connect_timeout = connect_timeout
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=max_connections, ttl_dns_cache=300),
+            # One session serves every tenant: a cookie an upstream sets must not ride along
+            # on another tenant's requests.
+            cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=True,
             raise_for_status=False,
             skip_auto_headers=("User-Agent",),

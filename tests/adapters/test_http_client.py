@@ -1,0 +1,50 @@
+"""The one upstream HTTP client: one session shared by every tenant keeps no upstream's cookies."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from adapters.upstream.http_client import HttpClient
+
+
+@pytest.fixture
+async def cookie_setting_upstream() -> AsyncIterator[tuple[str, list[str | None]]]:
+    """A server that sets a cookie on every answer and notes the Cookie header it was sent."""
+    received: list[str | None] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        received.append(request.headers.get("cookie"))
+        response = web.json_response({"ok": True})
+        response.set_cookie("session", "tenant-a-secret", path="/")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        # A host name: aiohttp would keep no cookie of a bare IP address anyway.
+        yield f"http://localhost:{port}/v1/chat/completions", received
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_cookie_an_upstream_sets_is_never_sent_back(
+    cookie_setting_upstream: tuple[str, list[str | None]],
+) -> None:
+    url, received = cookie_setting_upstream
+    client = HttpClient("cookies", max_connections=4, connect_timeout=2.0)
+    try:
+        for _ in range(3):  # as if for tenant a, then b, then c
+            response = await client.post(url, b"{}", {"content-type": "application/json"}, 5.0)
+            assert response.status == 200
+            assert "tenant-a-secret" in response.headers["set-cookie"]
+    finally:
+        await client.aclose()
+    assert received == [None, None, None]
