@@ -1,11 +1,12 @@
-"""uvicorn's httptools protocol, sending what a response writes in one turn of the loop at once.
+"""uvicorn's httptools protocol, sending a response's head and body in one write.
 
 uvicorn writes a response's head and its body with two `transport.write` calls, and uvloop
 sends each at once: two system calls and two TCP segments for every response. Here the
-protocol's transport holds writes until the end of the loop's current turn and sends them
-together, so a whole non-streamed response leaves in one call, and stream events produced in
-the same turn share one. Nothing waits longer than the turn that wrote it.
-`python -m bench.overhead` measured the effect (docs/benchmarks.md).
+protocol's transport holds a write back until the next one, and sends the two together: a
+whole non-streamed response leaves in one call, and a stream's head leaves with its first
+event. A write that nothing follows is sent at the end of the loop's turn, so nothing waits
+longer than the turn that wrote it. `python -m bench.overhead` measured the effect
+(docs/benchmarks.md).
 
 `tollgate serve` gives uvicorn `HTTP_PROTOCOL` as its `http` setting.
 """
@@ -21,55 +22,63 @@ HTTP_PROTOCOL = "gateway.http_protocol:TurnBufferedHttpToolsProtocol"
 
 
 class TurnBufferedTransport:
-    """A transport whose writes are sent together at the end of the loop's turn.
+    """A transport that sends writes in pairs, a lone write at the end of the loop's turn.
 
     Everything else is the wrapped transport's. `close()` sends what is held first, as a
     transport's own close does with its buffer; `abort()` drops it.
     """
 
-    __slots__ = ("_held", "_loop", "_transport")
+    __slots__ = ("_held", "_loop", "_scheduled", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
-        self._held: list[bytes | bytearray | memoryview] = []
+        self._held: bytes | bytearray | memoryview | None = None
+        self._scheduled = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
-        if not self._held:
-            self._loop.call_soon(self.flush)
-        self._held.append(data)
+        held = self._held
+        if held is None:
+            self._held = data
+            if not self._scheduled:
+                self._scheduled = True
+                self._loop.call_soon(self._end_of_turn)
+            return
+        self._held = None
+        if not self._transport.is_closing():
+            self._transport.writelines((held, data))
 
     def writelines(self, lines: Any) -> None:
         for data in lines:
             self.write(data)
 
+    def _end_of_turn(self) -> None:
+        self._scheduled = False
+        self.flush()
+
     def flush(self) -> None:
         held = self._held
-        if not held:
+        if held is None:
             return
-        self._held = []
-        if self._transport.is_closing():  # the client left: nothing to send it to
-            return
-        if len(held) == 1:
-            self._transport.write(held[0])
-        else:
-            self._transport.writelines(held)
+        self._held = None
+        if not self._transport.is_closing():  # else the client left: nothing to send it to
+            self._transport.write(held)
 
     def close(self) -> None:
         self.flush()
         self._transport.close()
 
     def abort(self) -> None:
-        self._held = []
+        self._held = None
         self._transport.abort()
 
     def is_closing(self) -> bool:
         return self._transport.is_closing()
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + sum(len(data) for data in self._held)
+        return self._transport.get_write_buffer_size() + (len(self._held) if self._held is not None else 0)
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return self._transport.get_extra_info(name, default)

@@ -1,4 +1,5 @@
-"""The server's transport sends what one turn of the loop wrote in one call, and loses nothing."""
+"""The server's transport sends a response's head and body in one call, holds nothing past
+the loop's turn, and loses nothing."""
 
 from __future__ import annotations
 
@@ -48,32 +49,35 @@ async def _turn() -> None:
     await asyncio.sleep(0)
 
 
-async def test_head_and_body_written_in_one_turn_leave_in_one_call() -> None:
+async def test_a_head_and_its_body_leave_in_one_call() -> None:
     inner = RecordingTransport()
     transport = TurnBufferedTransport(inner, asyncio.get_running_loop())
     transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    assert inner.calls == []  # held for what follows
+    assert transport.get_write_buffer_size() == 7 + 19
     transport.write(b"{}")
-    assert inner.calls == []  # nothing sent before the turn ends
-    assert transport.get_write_buffer_size() == 7 + 21
+    assert inner.calls == [("writelines", b"HTTP/1.1 200 OK\r\n\r\n|{}")]  # at once, not a turn later
     await _turn()
-    assert inner.calls == [("writelines", b"HTTP/1.1 200 OK\r\n\r\n|{}")]
+    assert len(inner.calls) == 1
 
 
-async def test_writes_of_later_turns_are_sent_in_their_own_turn_in_order() -> None:
+async def test_a_write_nothing_follows_is_sent_at_the_end_of_the_turn_in_order() -> None:
     inner = RecordingTransport()
     transport = TurnBufferedTransport(inner, asyncio.get_running_loop())
     transport.write(b"event 1")
     await _turn()
-    transport.writelines([b"event 2", b"event 3"])
+    transport.writelines([b"event 2", b"event 3", b"event 4"])
     transport.write(b"")  # nothing to send: no call
+    assert inner.calls == [("write", b"event 1"), ("writelines", b"event 2|event 3")]
     await _turn()
-    transport.write(b"event 4")
+    transport.write(b"event 5")
     await _turn()
     await _turn()
     assert inner.calls == [
         ("write", b"event 1"),
         ("writelines", b"event 2|event 3"),
         ("write", b"event 4"),
+        ("write", b"event 5"),
     ]
 
 
