@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +22,7 @@ from gateway.policy.cache import DecisionCache
 from gateway.policy.decision import Decision, MalformedDecision, parse_decision
 from gateway.policy.input import BUDGET_OK, PolicyInput, build_input
 from gateway.ports import AuditSink, EngineResult, PolicyEngine
+from gateway.redaction.scrub import Verbatim
 
 logger = logging.getLogger("tollgate.policy")
 
@@ -90,7 +91,8 @@ class Decide:
         self.counts.decisions += 1
         decision = outcome.decision
         exchange.decision = decision
-        exchange.decision_id = outcome.decision_id or uuid.uuid4().hex
+        # Minted here: Verbatim, so the decision log (scrubbed) and spans show the same id.
+        exchange.decision_id = outcome.decision_id or Verbatim(os.urandom(16).hex())
         exchange.policy_revision = outcome.revision
         if self._audit is not None:
             latency_ms = round((self._clock() - started) * 1000, 3)

@@ -18,6 +18,7 @@ from gateway.errors import NotFound, PermissionDenied, PolicyUnavailable
 from gateway.exchange import Endpoint, Exchange, Principal, Tenant
 from gateway.policy.cache import DecisionCache
 from gateway.ports import PolicyEngine
+from gateway.redaction.scrub import Verbatim, scrub_record
 from gateway.stages.decide import Decide
 from tests.policy.conftest import ENTRYPOINT, policy_config
 from tests.policy.opa_server import OpaProtocolServer
@@ -230,3 +231,11 @@ async def test_opa_decisions_are_cached_only_with_a_ttl(opa: OpaProtocolServer) 
         assert sink.records[0]["policy_revision"].startswith("policies@")
     finally:
         await engine.aclose()
+
+
+async def test_a_minted_decision_id_is_verbatim_whatever_its_digits(rego_engine: RegoEngine) -> None:
+    ex = exchange()
+    await decide(rego_engine, ListSink())(ex)
+    assert isinstance(ex.decision_id, Verbatim) and len(ex.decision_id) == 32
+    card_like = Verbatim("c9fed51bc05a4969242448027da63f2a")  # digits that pass the card check
+    assert scrub_record({"decision_id": card_like}) == {"decision_id": "c9fed51bc05a4969242448027da63f2a"}
