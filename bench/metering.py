@@ -10,7 +10,9 @@
   does: Redis calls share pipelines). Wall time and this process's CPU, per request.
 - gateway: wrk at c64 against one gateway (2 workers, access log on) in front of nginx,
   without a state store, then with the Redis store and a tenant with budgets and rate
-  limits, then the same on SQLite; rounds alternate, medians.
+  limits, then the same on SQLite, then the whole pipeline: the Redis store and the same
+  tenant, the shipped policy (`policies/`, the tenant added to its data) with redaction masking
+  requests and responses, and metrics; rounds alternate, medians.
 
 Results go to bench/results/metering-*.json and the "Metering" section of docs/benchmarks.md.
 """
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import yaml
 
 from adapters.state.redis import RedisStore
 from adapters.state.sqlite import SQLiteStore
@@ -127,8 +130,25 @@ async def all_store_figures(n: int) -> dict[str, Any]:
     return results
 
 
+def policy_dir(tmp: Path) -> Path:
+    """The shipped policy, with the benchmark's tenant in its data: every model, and masking
+    of requests and responses for the shipped entity kinds."""
+    shipped = spine.ROOT / "policies"
+    directory = tmp / "policies"
+    directory.mkdir()
+    for rego in shipped.glob("*.rego"):
+        (directory / rego.name).write_text(rego.read_text())
+    data = yaml.safe_load((shipped / "data.yaml").read_text())
+    data["tenants"]["bench"] = {
+        "models": ["*"],
+        "redact": {"request": "mask", "response": "mask", "entities": ["EMAIL", "CREDIT_CARD", "API_KEY"]},
+    }
+    (directory / "data.yaml").write_text(yaml.safe_dump(data))
+    return directory
+
+
 def gateway_config(
-    stack: spine.Stack, port: int, key_hash: str, state: dict[str, Any] | None
+    stack: spine.Stack, port: int, key_hash: str, state: dict[str, Any] | None, policy: Path | None = None
 ) -> dict[str, Any]:
     tenant: dict[str, Any] = {"models": ["*"]}
     if state is not None:
@@ -146,11 +166,15 @@ def gateway_config(
     }
     if state is not None:
         config["state"] = state
+    if policy is not None:
+        config["policy"] = {"dir": str(policy)}
     return config
 
 
-def start_gateway(stack: spine.Stack, name: str, key_hash: str, state: dict[str, Any] | None) -> None:
-    spine.serve_gateway(stack, name, lambda port: gateway_config(stack, port, key_hash, state))
+def start_gateway(
+    stack: spine.Stack, name: str, key_hash: str, state: dict[str, Any] | None, policy: Path | None = None
+) -> None:
+    spine.serve_gateway(stack, name, lambda port: gateway_config(stack, port, key_hash, state, policy))
 
 
 def gateway_figures(rounds: int, seconds: float) -> dict[str, Any]:
@@ -158,17 +182,20 @@ def gateway_figures(rounds: int, seconds: float) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-metering-"))
     key = generate_key()
     prefix = f"tgbench-{uuid.uuid4().hex[:8]}"
-    variants: dict[str, dict[str, Any] | None] = {
-        "off": None,
-        "redis": {"store": "redis", "redis_url": REDIS_URL, "key_prefix": prefix},
-        "sqlite": {"store": "sqlite", "sqlite_path": str(tmp / "state.db")},
+    redis_state = {"store": "redis", "redis_url": REDIS_URL, "key_prefix": prefix}
+    policy = policy_dir(tmp)
+    variants: dict[str, tuple[dict[str, Any] | None, Path | None]] = {
+        "off": (None, None),
+        "redis": (redis_state, None),
+        "sqlite": ({"store": "sqlite", "sqlite_path": str(tmp / "state.db")}, None),
+        "everything": (redis_state, policy),
     }
     try:
         stack = spine.start_stack(procs, tmp, "auto", 1)
         script = spine.write_wrk_script(dataclasses.replace(stack, api_key=key))
         starts = {
-            name: functools.partial(start_gateway, stack, name, hash_key(key), state)
-            for name, state in variants.items()
+            name: functools.partial(start_gateway, stack, name, hash_key(key), state, policy)
+            for name, (state, policy) in variants.items()
         }
         return spine.alternating_gateways(stack, starts, script, rounds, seconds)
     finally:
@@ -219,6 +246,12 @@ def section(meta: dict[str, Any], s: dict[str, Any], g: dict[str, Any] | None) -
             f"| SQLite, the same tenant | {rps['sqlite']:,.0f} | {cpu['sqlite']:.3f} ms "
             f"| >= {TARGET_RPS:,} | {spine.met(rps['sqlite'] >= TARGET_RPS)} |",
         ]
+        if "everything" in rps:
+            lines.append(
+                f"| the whole pipeline: Redis as above, the shipped policy, redaction masking both ways, "
+                f"metrics | {rps['everything']:,.0f} | {cpu['everything']:.3f} ms "
+                f"| >= {TARGET_RPS:,} | {spine.met(rps['everything'] >= TARGET_RPS)} |"
+            )
     lines += [
         "",
         "Reading: one request at a time, each Redis call is a loopback round trip, and on this VM",
