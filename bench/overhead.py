@@ -91,6 +91,7 @@ TARGETS = {
 WAIT_HEALTHY_S = 30.0
 STOP_GRACE_S = 15.0
 WRK_SLACK_S = 30.0
+WARMUP_S = 3.0  # wrk load on a freshly started gateway before it is measured
 # --compare: (workers, access log) per gateway; all run side by side and take turns.
 COMPARED = ((1, True), (2, True), (3, True), (1, False), (2, False))
 QUIET_MAX_WAIT_S = 30.0  # before each load run, wait at most this long for the machine to be idle
@@ -649,13 +650,16 @@ def alternating_gateways(
     stack: Stack, starts: Mapping[str, Callable[[], None]], script: Path, rounds: int, seconds: float
 ) -> dict[str, Any]:
     """wrk c64 through each gateway variant in turn (`starts[name]()` starts it as
-    `stack.gateway`), `rounds` times; medians of RPS and gateway CPU per request."""
+    `stack.gateway`), `rounds` times, each after a warm-up; medians of RPS and gateway
+    CPU per request."""
     rps: dict[str, list[float]] = {name: [] for name in starts}
     cpu: dict[str, list[float]] = {name: [] for name in starts}
     for _ in range(rounds):
         for name, start in starts.items():
             start()
             assert stack.gateway is not None
+            # A fresh gateway's first seconds cost more (connections opened, caches filled).
+            wrk(stack.gateway_url, script, 64, WARMUP_S)
             run = served_load(stack.gateway_url, stack.gateway.pid, script, 64, seconds)
             if run["errors"] or run.get("non2xx"):
                 raise BenchError(f"{name}: wrk saw errors: {run}")
