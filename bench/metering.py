@@ -12,7 +12,8 @@
   without a state store, then with the Redis store and a tenant with budgets and rate
   limits, then the same on SQLite, then the whole pipeline: the Redis store and the same
   tenant, the shipped policy (`policies/`, the tenant added to its data) with redaction masking
-  requests and responses, and metrics; rounds alternate, medians.
+  requests and responses, the decision log (a JSONL file) and metrics; rounds alternate,
+  medians.
 
 Results go to bench/results/metering-*.json and the "Metering" section of docs/benchmarks.md.
 """
@@ -166,8 +167,9 @@ def gateway_config(
     }
     if state is not None:
         config["state"] = state
-    if policy is not None:
+    if policy is not None:  # the shipped config's: a policy, and its decision log
         config["policy"] = {"dir": str(policy)}
+        config["audit"] = {"sink": "jsonl", "path": str(policy.parent / f"audit-{port}.jsonl")}
     return config
 
 
@@ -249,7 +251,7 @@ def section(meta: dict[str, Any], s: dict[str, Any], g: dict[str, Any] | None) -
         if "everything" in rps:
             lines.append(
                 f"| the whole pipeline: Redis as above, the shipped policy, redaction masking both ways, "
-                f"metrics | {rps['everything']:,.0f} | {cpu['everything']:.3f} ms "
+                f"the decision log, metrics | {rps['everything']:,.0f} | {cpu['everything']:.3f} ms "
                 f"| >= {TARGET_RPS:,} | {spine.met(rps['everything'] >= TARGET_RPS)} |"
             )
     lines += [
