@@ -9,7 +9,7 @@ descriptions) and the modes and kinds for requests without a decision. A tenant'
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.config import GatewayConfig, RedactionConfig
 from gateway.policy.decision import RedactRules
@@ -17,6 +17,7 @@ from gateway.redaction.detector import Catalog, Detector
 from gateway.redaction.entities import BUILTIN, EntityKind, custom_pattern, literal_terms, select
 from gateway.redaction.scrub import Scrubber
 
+_MAX_SELECTIONS = 256
 _MIN_SECRET_CHARS = 6  # a shorter configured credential would mask ordinary words in logs
 
 
@@ -26,11 +27,20 @@ class TenantRedaction:
     catalog: Catalog
     fail_open: bool
     scan_tool_descriptions: bool
+    # The kinds each list of names selects: a request's list is its decision's or the rules',
+    # and the same few recur.
+    _selected: dict[tuple[str, ...], frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
 
     def detector(self, names: Iterable[str]) -> Detector:
         """A detector for one request, for the kinds (or groups) named; none named means every kind."""
-        kinds = select(names, self.catalog.kinds)
-        return self.catalog.detector((kind.name for kind in kinds), per_request=True)
+        key = tuple(names)
+        selected = self._selected.get(key)
+        if selected is None:
+            if len(self._selected) >= _MAX_SELECTIONS:
+                self._selected.clear()
+            selected = frozenset(kind.name for kind in select(key, self.catalog.kinds))
+            self._selected[key] = selected
+        return self.catalog.detector(selected, per_request=True)
 
 
 class RedactionSettings:
