@@ -215,6 +215,7 @@ class StateConfig(_Strict):
     store: Literal["sqlite", "redis"] = "sqlite"
     sqlite_path: str = "tollgate-state.db"  # relative to the working directory; shared by all workers
     redis_url: str | None = None  # e.g. redis://127.0.0.1:6379/0
+    redis_cluster: bool = False  # redis_url names one node of a Redis Cluster; the rest are discovered
     key_prefix: str = Field("tollgate", pattern=r"^[A-Za-z0-9_.:-]+$")  # redis keys start with it
     timeout_s: float = Field(1.0, gt=0)  # redis: connect and command timeout
     # Tenants whose requests go through unmetered (logged) when the store cannot be reached;

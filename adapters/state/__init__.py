@@ -12,7 +12,7 @@ def build_state_store(config: StateConfig) -> StateStore:
         from adapters.state.redis import RedisStore
 
         assert config.redis_url is not None  # the config requires it for this store
-        return RedisStore(config.redis_url, config.key_prefix, config.timeout_s)
+        return RedisStore(config.redis_url, config.key_prefix, config.timeout_s, config.redis_cluster)
     from adapters.state.sqlite import SQLiteStore
 
     return SQLiteStore(config.sqlite_path)

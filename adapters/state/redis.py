@@ -1,5 +1,6 @@
 """The state store for many replicas: Redis (or Redis Cluster), one atomic Lua script per
-operation (`redis_scripts.py`), sent on one auto-pipelined connection (`redis_wire.py`).
+operation (`redis_scripts.py`), sent on one auto-pipelined connection (`redis_wire.py`), or
+on one per cluster node (`redis_cluster.py`, with `state.redis_cluster: true`).
 
 Keys are `<prefix>:{<tenant>}:...`: the hash tag keeps each tenant's keys in one cluster
 slot, so every script's keys are co-located. The connection reopens by itself: a failed
@@ -15,6 +16,7 @@ from datetime import date, timedelta
 from typing import Any
 
 from adapters.state import redis_scripts
+from adapters.state.redis_cluster import RedisClusterWire
 from adapters.state.redis_wire import RedisWire, ReplyError, Script, unavailable
 from gateway.metering.records import (
     IdempotencyClaim,
@@ -33,8 +35,12 @@ _LEDGER_FIELDS = ("requests", "prompt_tokens", "cached_tokens", "completion_toke
 class RedisStore:
     name = "redis"
 
-    def __init__(self, url: str, prefix: str = "tollgate", timeout_s: float = 1.0) -> None:
-        self._wire = RedisWire(url, timeout_s)
+    def __init__(
+        self, url: str, prefix: str = "tollgate", timeout_s: float = 1.0, cluster: bool = False
+    ) -> None:
+        self._wire: RedisWire | RedisClusterWire = (
+            RedisClusterWire(url, timeout_s) if cluster else RedisWire(url, timeout_s)
+        )
         self._prefix = prefix
         self._reserve = Script(redis_scripts.RESERVE)
         self._settle = Script(redis_scripts.SETTLE)

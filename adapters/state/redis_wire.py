@@ -25,9 +25,11 @@ URLs: `redis://[[user]:password@]host[:port][/db]`, `rediss://` (TLS, verified u
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import ssl
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import hiredis
@@ -76,6 +78,28 @@ class RedisWire:
         self._connect_lock = asyncio.Lock()
         self._closed = False
 
+    @property
+    def address(self) -> tuple[str, int]:
+        return self._host, self._port
+
+    @property
+    def unix_path(self) -> str | None:
+        return self._path
+
+    @property
+    def db(self) -> int:
+        return self._db
+
+    def at(self, host: str, port: int) -> RedisWire:
+        """A wire to another server with the same credentials, TLS settings and timeout."""
+        other = copy.copy(self)
+        other._host, other._port = host, port
+        other.describe = f"{host}:{port}"
+        other._connection = None
+        other._connect_lock = asyncio.Lock()
+        other._closed = False
+        return other
+
     async def call(self, *args: str | bytes | int) -> Any:
         """One command's reply; an error reply comes back as a ReplyError value."""
         connection = self._connection
@@ -83,15 +107,20 @@ class RedisWire:
             connection = await self._connected()
         return await connection.send(_pack(args))
 
+    async def call_asking(self, *args: str | bytes | int) -> Any:
+        """A command preceded by ASKING on the same connection (Redis Cluster, a slot being
+        migrated): the reply to the command."""
+        connection = self._connection
+        if connection is None or connection.broken:
+            connection = await self._connected()
+        asking = connection.send(_pack(("ASKING",)))
+        reply = connection.send(_pack(args))
+        await asking
+        return await reply
+
     async def script(self, script: Script, keys: tuple[str, ...], args: tuple[str | bytes | int, ...]) -> Any:
         """Run a script (EVALSHA, then EVAL if Redis does not know it); an error reply raises."""
-        reply = await self.call("EVALSHA", script.sha, len(keys), *keys, *args)
-        if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"):
-            # Not run: safe to send again, whole (which also caches it under its SHA-1).
-            reply = await self.call("EVAL", script.source, len(keys), *keys, *args)
-        if isinstance(reply, ReplyError):
-            raise unavailable(self.describe, reply)
-        return reply
+        return await run_script(self.call, self.describe, script, keys, args)
 
     async def _connected(self) -> _Connection:
         async with self._connect_lock:
@@ -228,6 +257,22 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self._fail(ConnectionError("connection closed by the gateway"))
+
+
+async def run_script(
+    call: Callable[..., Awaitable[Any]],
+    describe: str,
+    script: Script,
+    keys: tuple[str, ...],
+    args: tuple[str | bytes | int, ...],
+) -> Any:
+    reply = await call("EVALSHA", script.sha, len(keys), *keys, *args)
+    if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"):
+        # Not run: safe to send again, whole (which also caches it under its SHA-1).
+        reply = await call("EVAL", script.source, len(keys), *keys, *args)
+    if isinstance(reply, ReplyError):
+        raise unavailable(describe, reply)
+    return reply
 
 
 def _pack(command: tuple[str | bytes | int, ...]) -> bytes:

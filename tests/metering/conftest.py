@@ -1,5 +1,6 @@
-"""Both state stores, real: a SQLite file in a temporary directory, and the Redis at
-127.0.0.1:6379 under a key prefix of the test's own, deleted afterwards."""
+"""The state stores, real: a SQLite file in a temporary directory, the Redis at
+127.0.0.1:6379 under a key prefix of the test's own, deleted afterwards, and a throwaway
+three-node Redis Cluster (started once for the session)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import redis
 from adapters.state.redis import RedisStore
 from adapters.state.sqlite import SQLiteStore
 from gateway.ports import StateStore
+from tests.metering.redis_cluster import Cluster, redis_cluster
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -34,14 +36,23 @@ def redis_prefix() -> Iterator[str]:
     delete_prefix(prefix)
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with redis_cluster(tmp_path_factory.mktemp("redis-cluster")) as running:
+        yield running
+
+
+@pytest.fixture(params=["sqlite", "redis", "redis-cluster"])
 async def store(
     request: pytest.FixtureRequest, tmp_path: Path, redis_prefix: str
 ) -> AsyncIterator[StateStore]:
     made: StateStore
     if request.param == "sqlite":
         made = SQLiteStore(tmp_path / "state.db")
-    else:
+    elif request.param == "redis":
         made = RedisStore(REDIS_URL, redis_prefix)
+    else:
+        seed: Cluster = request.getfixturevalue("cluster")
+        made = RedisStore(seed.url, redis_prefix, cluster=True)
     yield made
     await made.aclose()

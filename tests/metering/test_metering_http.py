@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +21,7 @@ from gateway.keys import hash_key
 from gateway.metering.records import SpendRow
 from simulator import RunningSimulator
 from tests.harness import eventually, openai_error, openai_upstream, recorded
+from tests.metering.redis_cluster import Cluster
 from tests.servers import RunningGateway, gateway_config, running_gateway
 
 ADMIN_TOKEN = "tg-admin-operator-token"
@@ -345,3 +347,20 @@ def test_an_unmetered_tenants_request_goes_upstream_as_sent(
     [sent] = recorded(upstream_sim, "as-sent")
     assert "max_tokens" not in sent.body
     assert not any(name.startswith("x-ratelimit") for name in response.headers)
+
+
+def test_a_gateway_on_a_redis_cluster_meters_on_the_tenants_node(
+    upstream_sim: RunningSimulator, paced_sim: RunningSimulator, cluster: Cluster
+) -> None:
+    prefix = f"tgc-{uuid.uuid4().hex[:8]}"
+    state = {"store": "redis", "redis_url": cluster.url, "redis_cluster": True, "key_prefix": prefix}
+    with running_gateway(metered_config(upstream_sim, paced_sim, state)) as gateway:
+        statuses = []
+        for _ in range(20):  # "tiny" has 50 tokens a day
+            statuses.append(post(gateway, "tiny", hello()).status_code)
+            if statuses[-1] != 200:
+                break
+        assert statuses[0] == 200 and statuses[-1] == 429
+        owner = cluster.owner("tiny")
+        assert cluster.keys(owner, f"{prefix}:{{tiny}}:c:*")
+        assert all(not cluster.keys(port, f"{prefix}:*") for port in cluster.ports if port != owner)
