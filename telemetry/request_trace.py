@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 from gateway.errors import GatewayError
 from gateway.exchange import Attempt, Exchange
 from gateway.ports import Upstream
+from gateway.redaction.scrub import Verbatim
 from gateway.tracing import RequestTrace
 from telemetry import names as n
 from telemetry import otlp_wire, traceparent
@@ -116,6 +117,12 @@ class _Remembered:
         return found
 
 
+# Trace and span ids are rendered as `Verbatim` hex: the scrubber passes them as they are. A
+# scan could take a run of their digits for a card number and mask it in the log lines and
+# the decision log, which would then name a trace that does not exist. An id from a client's
+# traceparent is only ever 32 or 16 hex digits (the parser refuses anything else).
+
+
 class UnsampledTrace:
     __slots__ = ("_headers", "_span", "_trace", "_trace_hex", "_tracestate")
 
@@ -132,12 +139,12 @@ class UnsampledTrace:
     def trace_id(self) -> str:
         found = self._trace_hex  # read by every log line and the audit record
         if found is None:
-            found = self._trace_hex = f"{self._trace:032x}"
+            found = self._trace_hex = Verbatim(f"{self._trace:032x}")
         return found
 
     @property
     def span_id(self) -> str:
-        return f"{self._span:016x}"
+        return Verbatim(f"{self._span:016x}")
 
     def stage(self, name: str) -> contextlib.AbstractContextManager[None]:
         return _NO_SPAN
@@ -192,12 +199,12 @@ class SampledTrace:
     def trace_id(self) -> str:
         found = self._trace_hex  # read by every log line, the exemplars, the audit record
         if found is None:
-            found = self._trace_hex = f"{self._trace:032x}"
+            found = self._trace_hex = Verbatim(f"{self._trace:032x}")
         return found
 
     @property
     def span_id(self) -> str:
-        return f"{self._span:016x}"
+        return Verbatim(f"{self._span:016x}")
 
     def stage(self, name: str) -> contextlib.AbstractContextManager[None]:
         return _StageTimer(self._stages, name) if self._recorder.stage_spans else _NO_SPAN

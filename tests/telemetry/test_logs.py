@@ -32,6 +32,11 @@ def lines() -> Iterator[io.StringIO]:
         yield out
 
 
+# Random hex whose digits pass the card check: a scrubbed log line would mask them.
+CARD_LIKE_TRACE_ID = "c9fed51bc05a4969242448027da63f2a"
+
+
+@pytest.mark.parametrize("card_like", [False, True])
 @pytest.mark.parametrize("sampled", [True, False])
 def test_log_lines_carry_the_request_and_trace_ids(
     logged: RunningGateway,
@@ -39,8 +44,9 @@ def test_log_lines_carry_the_request_and_trace_ids(
     lines: io.StringIO,
     request_id: str,
     sampled: bool,
+    card_like: bool,
 ) -> None:
-    trace_id = os.urandom(16).hex()
+    trace_id = CARD_LIKE_TRACE_ID if card_like else os.urandom(16).hex()
     traceparent = f"00-{trace_id}-{os.urandom(8).hex()}-{'01' if sampled else '00'}"
     with openai.OpenAI(base_url=logged.base_url, api_key=TEST_KEY, max_retries=0) as client:
         client.chat.completions.create(
