@@ -208,7 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument(
         "--only",
-        help=f"comma-separated configurations to run, of {', '.join(CONFIGS)} (implies --no-doc)",
+        # argparse expands % in help texts: the configurations' names have some.
+        help=f"comma-separated configurations to run, of {', '.join(CONFIGS)} (implies --no-doc)".replace(
+            "%", "%%"
+        ),
     )
     args = parser.parse_args(argv)
     only = list(CONFIGS)
