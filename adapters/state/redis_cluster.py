@@ -8,9 +8,8 @@ migrated: the command is sent once to the importing node, after `ASKING`), and `
 (a script's keys are split between the two nodes of a migrating slot: tried again after a
 pause, within the store's timeout). All three mean the command was not run, so sending it
 again is no exception to the rule that a command that may have reached Redis is never sent
-twice. A node that fails fails its commands
-(StateStoreUnavailable) and has the map reloaded before the next command, since the cluster
-may have promoted a replica in its place.
+twice. A node that fails fails its commands (StateStoreUnavailable) and has the map reloaded
+before the next command, since the cluster may have promoted a replica in its place.
 
 Every key of a script carries its tenant's hash tag (`redis.py`), so a script's keys are in
 one slot. Replicas are not read from: every command here writes.
