@@ -40,7 +40,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.overhead import DOC, HOST, RESULTS_DIR, Processes, free_port, git_revision, http, wait_http_ok
+from bench.harness import DOC, HOST, RESULTS_DIR, Processes, free_port, git_revision, http, wait_http_ok
 from gateway.keys import generate_key, hash_key
 
 PREFILL_MS_PER_TOKEN = 0.02

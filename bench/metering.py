@@ -37,7 +37,7 @@ import yaml
 
 from adapters.state.redis import RedisStore
 from adapters.state.sqlite import SQLiteStore
-from bench import overhead as spine
+from bench import harness as spine
 from gateway.keys import generate_key, hash_key
 from gateway.metering.records import BudgetCharge, LedgerEntry, RateCharge, ReserveRequest, Settlement
 from gateway.ports import StateStore

@@ -38,7 +38,7 @@ from adapters.policy.compiled import compile_revision
 from adapters.policy.opa import OpaEngine
 from adapters.policy.rego import RegoEngine
 from adapters.policy.source import read_policy_dir
-from bench import overhead as spine
+from bench import harness as spine
 from gateway.config import PolicyConfig
 from gateway.exchange import Endpoint, Exchange, Principal, Tenant
 from gateway.keys import generate_key, hash_key
@@ -129,7 +129,7 @@ async def sequential(decide: Decide, items: list[Exchange], n: int) -> dict[str,
     assert all(e.decision is not None and e.decision.allow for e in items[: min(n, len(items))])
     return {
         "p50_us": statistics.median(samples) * 1e6,
-        "p99_us": spine._pct(samples, 99) * 1e6,
+        "p99_us": spine.percentile(samples, 99) * 1e6,
         "mean_us": statistics.fmean(samples) * 1e6,
         "cpu_us": cpu / n * 1e6,
     }
@@ -203,7 +203,7 @@ async def _timed(call: Any, n: int) -> dict[str, float]:
         t0 = time.perf_counter()
         await call()
         samples.append(time.perf_counter() - t0)
-    return {"p50_us": statistics.median(samples) * 1e6, "p99_us": spine._pct(samples, 99) * 1e6}
+    return {"p50_us": statistics.median(samples) * 1e6, "p99_us": spine.percentile(samples, 99) * 1e6}
 
 
 def _wait_port(url: str, proc: subprocess.Popen[bytes]) -> None:

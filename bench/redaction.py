@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import overhead as spine
+from bench import harness as spine
 from gateway.exchange import Endpoint
 from gateway.keys import generate_key, hash_key
 from gateway.policy.decision import RedactRules

@@ -31,7 +31,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import overhead as spine
+from bench import harness as spine
 
 HOST = spine.HOST
 TARGET_LOSS_PCT = 15.0

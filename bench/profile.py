@@ -1,0 +1,195 @@
+"""py-spy on one gateway worker under wrk load, and what its samples say (`python -m
+bench.overhead --profile`): own time by function (C frames folded into their Python caller),
+inclusive time below the ASGI entry, and own time by package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench.harness import (
+    ROOT,
+    WRK_SLACK_S,
+    BenchError,
+    Server,
+    Stack,
+    run_header,
+    stop_group,
+    wait_quiet,
+    write_wrk_script,
+    wrk,
+)
+
+
+def profile(stack: Stack, gateway: Server, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
+    # a virtualenv's py-spy is beside its python, whether or not the venv is on PATH
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if spy is None:
+        raise BenchError("py-spy is not installed (pip install py-spy)")
+    script = write_wrk_script(stack)
+    wrk(gateway.url, script, 64, args.warmup)
+    wait_quiet()
+    worker = gateway.worker_pids()[0]
+    raw = run_dir / "profile-raw.txt"
+    seconds = args.profile_seconds
+    load = subprocess.Popen(
+        [
+            "wrk",
+            "-t2",
+            "-c64",
+            f"-d{round(seconds) + 4}s",
+            "--timeout",
+            "5s",
+            "-s",
+            str(script),
+            gateway.url,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        time.sleep(1.0)
+        argv = [
+            spy,
+            "record",
+            "--pid",
+            str(worker),
+            "--duration",
+            str(round(seconds)),
+            "--rate",
+            str(args.profile_rate),
+        ]
+        argv += ["--format", "raw", "--output", str(raw), "--threads"]
+        if args.native:
+            argv.append("--native")
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60, check=False)
+        if done.returncode != 0 or not raw.exists():
+            raise BenchError(f"py-spy failed ({done.returncode}): {done.stderr.strip()[-800:]}")
+        load.wait(timeout=seconds + WRK_SLACK_S)
+    finally:
+        if load.poll() is None:
+            stop_group(load)
+    return analyse_profile(raw)
+
+
+def _frame(frame: str) -> tuple[str, str]:
+    """'func (path/to/file.py:123)' -> ('func', 'short/path.py')."""
+    name, _, where = frame.rpartition(" (")
+    if not name:
+        return frame, ""
+    path = where.rstrip(")").rsplit(":", 1)[0]
+    for marker in ("site-packages/", "lib/python3.11/", f"{ROOT}/"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            break
+    return name, path
+
+
+def _area(path: str) -> str:
+    top = path.split("/", 1)[0]
+    if path.startswith(("gateway/", "adapters/")):
+        return top
+    if top in (
+        "uvicorn",
+        "aiohttp",
+        "yarl",
+        "multidict",
+        "uvloop",
+        "httptools",
+        "logging",
+        "asyncio",
+        "orjson",
+    ):
+        return top
+    if top.endswith(".so") or not path:
+        return "native"
+    return "other (stdlib etc.)"
+
+
+def analyse_profile(raw: Path, top: int = 25) -> dict[str, Any]:
+    """Own time, inclusive time and time per area, over the event-loop thread's samples only
+    (uvicorn's worker also runs a thread that answers the supervisor's pings)."""
+    by_thread: dict[str, list[tuple[list[tuple[str, str]], int]]] = {}
+    for line in raw.read_text().splitlines():
+        stack_text, _, count_text = line.rpartition(" ")
+        if not stack_text or not count_text.isdigit():
+            continue
+        parts = stack_text.split(";")
+        thread = next((p for p in parts if p.startswith("thread ")), "thread ?")
+        frames = [_frame(p) for p in parts if p and not p.startswith(("process ", "thread "))]
+        if frames:
+            by_thread.setdefault(thread, []).append((frames, int(count_text)))
+
+    def is_loop(samples: list[tuple[list[tuple[str, str]], int]]) -> bool:
+        return any(name in ("Server.run", "asyncio_run", "Runner.run") for fs, _ in samples for name, _ in fs)
+
+    loop_threads = [t for t, samples in by_thread.items() if is_loop(samples)]
+    own: Counter[str] = Counter()
+    own_python: Counter[str] = Counter()  # native frames folded into their nearest Python caller
+    inclusive: Counter[str] = Counter()
+    areas: Counter[str] = Counter()
+    total = other = 0
+    for thread, samples in by_thread.items():
+        for frames, count in samples:
+            if thread not in loop_threads:
+                other += count
+                continue
+            total += count
+            name, path = frames[-1]
+            own[f"{name} ({path})"] += count
+            py_name, py_path = next(((n, p) for n, p in reversed(frames) if p.endswith(".py")), (name, path))
+            own_python[f"{py_name} ({py_path})"] += count
+            areas[_area(py_path)] += count
+            for label in {f"{n} ({p})" for n, p in frames if p.endswith(".py")}:
+                inclusive[label] += count
+
+    def table(counter: Counter[str], below_pct: float = 100.0) -> list[dict[str, Any]]:
+        share = {k: 100 * v / max(total, 1) for k, v in counter.items()}
+        kept = [k for k, _ in counter.most_common() if share[k] <= below_pct][:top]
+        return [{"function": k, "samples": counter[k], "pct": share[k]} for k in kept]
+
+    return {
+        "samples": total,
+        "other_thread_samples": other,
+        "self": table(own),
+        "self_python": table(own_python),
+        # Python frames only, without the wrappers every sample goes through (server, loop, ASGI entry).
+        "inclusive": table(inclusive, below_pct=85.0),
+        "areas": table(areas),
+        "raw": str(raw),
+    }
+
+
+def profile_section(
+    meta: dict[str, Any], prof: dict[str, Any], settings: dict[str, Any], args: argparse.Namespace
+) -> str:
+    native = "with" if args.native else "without"
+    lines = [
+        "## Where a worker spends its time",
+        "",
+        run_header(meta)
+        + f"- py-spy record ({native} --native, {args.profile_rate} Hz) on one of {settings['workers']} "
+        f"workers for {args.profile_seconds:.0f} s under wrk c64, access log "
+        f"{'on' if settings['access_log'] else 'off'}; {prof['samples']} samples of the event-loop thread "
+        "(uvicorn's ping thread left out)",
+        "",
+        "| # | own time, C frames folded into their Python caller | % of samples |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {i} | `{r['function']}` | {r['pct']:.1f} |" for i, r in enumerate(prof["self_python"][:10], 1)
+    ]
+    lines += ["", "| inclusive time (Python frames, below the ASGI entry) | % of samples |", "|---|---|"]
+    lines += [f"| `{row['function']}` | {row['pct']:.1f} |" for row in prof["inclusive"][:20]]
+    lines += ["", "| area (own time, by package) | % of samples |", "|---|---|"]
+    lines += [f"| {row['function']} | {row['pct']:.1f} |" for row in prof["areas"]]
+    lines += ["", f"Raw stacks: `{prof['raw']}` (collapsed format; feed to any flamegraph tool)."]
+    return "\n".join(lines)
