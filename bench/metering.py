@@ -264,10 +264,9 @@ def section(meta: dict[str, Any], s: dict[str, Any], g: dict[str, Any] | None) -
         "costs more CPU than the store calls alone: the meter stage and the settle (estimates, plan,",
         "rate-limit headers, ledger row) and two more socket writes and reads per request; Redis's",
         "own CPU (its two scripts a request) shares the same two cores. SQLite's row pays for two",
-        "worker processes taking turns at one file's write",
-        "lock. The whole-pipeline row adds to the Redis row the policy decision (cached), request and",
-        "response redaction, the decision log and its completion record: what the shipped config",
-        "turns on, with Redis in place of SQLite.",
+        "worker processes taking turns at one file's write lock. The whole-pipeline row adds to the",
+        "Redis row the policy decision (cached), request and response redaction, the decision log",
+        "and its completion record: what the shipped config turns on, with Redis in place of SQLite.",
     ]
     return "\n".join(lines)
 
