@@ -6,8 +6,9 @@ tenant's mode. A gateway's own scrubber (`settings.scrubber_for(config)`) also k
 tenants' custom kinds and the credentials written in the config; the log formatter uses
 that one. A record with nothing to scrub comes back as the very same object.
 
-A `Verbatim` string is the gateway's own (an id it minted) and passes as it is: a scan could
-read a run of its random digits as a card number and log an id that matches nothing.
+A `Verbatim` string is an id the gateway rendered as hex (one it minted, or a traceparent's
+trace id, which the parser allows to be hex digits only) and passes as it is: a scan could
+read a run of its digits as a card number and log an id that matches nothing.
 
 A scrubber remembers the short strings it found clean (a bounded table), since a log line
 repeats most of its values (tenant, model, upstream, route, status): a record whose strings
@@ -37,7 +38,7 @@ CLEAN_MAX_STRINGS = 4096
 
 
 class Verbatim(str):
-    """Text the gateway made itself, with nothing of a client's in it: never scrubbed."""
+    """An id the gateway rendered as hex digits, and nothing else: never scrubbed."""
 
     __slots__ = ()
 
