@@ -44,6 +44,7 @@ from bench.harness import (
     Stack,
     git_revision,
     machine_lock,
+    met,
     nginx_binary,
     rss_mb,
     run_header,
@@ -181,14 +182,10 @@ def _signed(v: float, digits: int = 3) -> str:
     return f"{v:+,.{digits}f}"
 
 
-def _mark(ok: bool) -> str:
-    return "yes" if ok else "**no**"
-
-
 def _row(
-    figure: str, direct: str, floor: str, gateway: str, versus: str, target: str = "", met: str = ""
+    figure: str, direct: str, floor: str, gateway: str, versus: str, target: str = "", verdict: str = ""
 ) -> str:
-    return f"| {figure} | {direct} | {floor} | {gateway} | {versus} | {target} | {met} |"
+    return f"| {figure} | {direct} | {floor} | {gateway} | {versus} | {target} | {verdict} |"
 
 
 def overhead_section(meta: dict[str, Any], result: dict[str, Any]) -> str:
@@ -213,7 +210,7 @@ def overhead_section(meta: dict[str, Any], result: dict[str, Any]) -> str:
             _fmt(s["rps_gateway"], 0),
             f"{100 * s['rps_ratio']:.1f} % of direct",
             ">= 5,000",
-            _mark(s["rps_gateway"] >= TARGETS["rps_c64"]),
+            met(s["rps_gateway"] >= TARGETS["rps_c64"]),
         ),
         _row(
             "p50 at c8 (ms)",
@@ -222,7 +219,7 @@ def overhead_section(meta: dict[str, Any], result: dict[str, Any]) -> str:
             _fmt(s["p50_gateway_ms"], 3),
             f"{_signed(s['added_p50_ms'])} ms",
             "added <= 0.6 ms",
-            _mark(p50_ok),
+            met(p50_ok),
         ),
         _row(
             "p99 at c8 (ms)",
@@ -231,7 +228,7 @@ def overhead_section(meta: dict[str, Any], result: dict[str, Any]) -> str:
             _fmt(s["p99_gateway_ms"], 3),
             f"{_signed(s['added_p99_ms'])} ms",
             "added <= 3 ms",
-            _mark(p99_ok),
+            met(p99_ok),
         ),
         _row(
             "RPS at c8",
@@ -247,7 +244,7 @@ def overhead_section(meta: dict[str, Any], result: dict[str, Any]) -> str:
             _fmt(s["ttfb_gateway_p50_ms"], 3),
             f"{_signed(s['added_ttfb_p50_ms'])} ms",
             "added <= 1 ms",
-            _mark(ttfb_ok),
+            met(ttfb_ok),
         ),
         _row(
             "stream TTFB p99 (ms)",
@@ -285,7 +282,7 @@ def overhead_section(meta: dict[str, Any], result: dict[str, Any]) -> str:
             _fmt(s["rss_mb_max"], 1),
             "",
             "<= 100 MB",
-            _mark(s["rss_mb_max"] <= TARGETS["rss_mb"]),
+            met(s["rss_mb_max"] <= TARGETS["rss_mb"]),
         ),
     ]
     floor_note = (

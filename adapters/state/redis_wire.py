@@ -103,16 +103,14 @@ class RedisWire:
     async def call(self, *args: str | bytes | int) -> Any:
         """One command's reply; an error reply comes back as a ReplyError value."""
         connection = self._connection
-        if connection is None or connection.broken:
+        if connection is None or connection.broken:  # inline: this is every command's path
             connection = await self._connected()
         return await connection.send(_pack(args))
 
     async def call_asking(self, *args: str | bytes | int) -> Any:
         """A command preceded by ASKING on the same connection (Redis Cluster, a slot being
         migrated): the reply to the command."""
-        connection = self._connection
-        if connection is None or connection.broken:
-            connection = await self._connected()
+        connection = await self._connected()
         asking = connection.send(_pack(("ASKING",)))
         reply = connection.send(_pack(args))
         await asking
