@@ -6,6 +6,7 @@
     request.py   every text a request carries               guard.py    the response guard
     settings.py  per-tenant settings from config            state.py    per-request state, counters
     scrub.py     the one function for everything persisted
+    seen.py      what was found in long texts seen before (a conversation's history)
 
 Import from the modules; this package file stays empty so that `gateway.config` can read
 the kind names without loading the matchers.

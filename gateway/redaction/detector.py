@@ -26,6 +26,7 @@ import regex
 
 from gateway.redaction.entities import LOOKAHEAD, EntityKind
 from gateway.redaction.prefilter import Prefilter, compilable, max_width, min_width
+from gateway.redaction.seen import SeenTexts
 
 _UNBOUNDED = 1 << 62
 
@@ -107,6 +108,7 @@ class Catalog:
         self._all = (*self._prefiltered, *self._unfiltered)
         self._prefilter = Prefilter(sources)
         self._orders = {kind.name: order for order, kind in enumerate(self.kinds)}
+        self.seen: SeenTexts[Found] = SeenTexts()
 
     def detector(self, names: Iterable[str] | None = None, *, per_request: bool = False) -> Detector:
         """A detector for the kinds named (all of this catalog's when `names` is None).
@@ -279,6 +281,16 @@ class Detector:
         if not self.names:
             return []
         return self.catalog.find(text, self.names, self._verdicts)
+
+    def find_remembered(self, text: str) -> Sequence[Found]:
+        """`find`, answered from the catalog's `SeenTexts` when this long text was scanned
+        before for these kinds: for the texts that recur from request to request (a
+        conversation's history), not for answers."""
+        if not self.names:
+            return ()
+        return self.catalog.seen.find(
+            text, self.names, lambda: self.catalog.find(text, self.names, self._verdicts)
+        )
 
     def scan(self, text: str, pos: int, final: bool = False) -> tuple[list[Found], int]:
         if not self.names:

@@ -77,7 +77,7 @@ def redact_request(
     slots = list(text_slots(endpoint, body, tool_descriptions))
     if mode == "block":
         for container, key, _ in slots:
-            state.found.update(found.kind for found in detector.find(container[key]))
+            state.found.update(found.kind for found in detector.find_remembered(container[key]))
         if state.found:
             raise SensitiveDataBlocked(sorted(state.found))
         return
@@ -87,7 +87,7 @@ def redact_request(
         state.vault = vault
     for container, key, in_json in slots:
         text = container[key]
-        found = detector.find(text)
+        found = detector.find_remembered(text)
         if not found:
             continue
         state.found.update(item.kind for item in found)
