@@ -71,6 +71,7 @@ def audit_sink_from(config: GatewayConfig) -> AuditSink | None:
         queue_size=audit.queue_size,
         mandatory=audit.mandatory,
         write_timeout_s=audit.write_timeout_s,
+        flush_interval_s=audit.flush_interval_ms / 1000,
         prepare=scrubber_for(config).record,  # the scrubber of everything persisted, logs included
     )
 

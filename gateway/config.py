@@ -281,6 +281,9 @@ class AuditConfig(_Strict):
     # Otherwise writing never delays a request; records beyond queue_size are dropped and counted.
     mandatory: bool = False
     queue_size: int = Field(10_000, ge=1)
+    # Not mandatory: a batch is written at most this long after its first record, so a busy
+    # gateway writes (and fsyncs) many records at once. 0: as soon as the writer is free.
+    flush_interval_ms: int = Field(50, ge=0, le=10_000)
     write_timeout_s: float = Field(5.0, gt=0)  # mandatory: longest wait for a record to be written
 
     @model_validator(mode="after")

@@ -1,0 +1,90 @@
+"""The queued sink's flush interval: records that arrive while a batch lingers go out in
+that one batch; a mandatory record is never held; closing writes a lingering batch at once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from adapters.audit.jsonl import JsonlWriter, verify_file
+from gateway.audit.queued_sink import QueuedSink
+
+
+class BatchesSeen:
+    """The JSONL writer, noting the size of every batch it is handed."""
+
+    def __init__(self, path: Path) -> None:
+        self._writer = JsonlWriter(path, fsync=False)
+        self.batches: list[int] = []
+
+    async def write(self, records: list[dict[str, Any]]) -> None:
+        self.batches.append(len(records))
+        await self._writer.write(records)
+
+    async def aclose(self) -> None:
+        await self._writer.aclose()
+
+
+def _record(n: int) -> dict[str, Any]:
+    return {"v": 1, "type": "decision", "decision_id": f"d{n}"}
+
+
+async def test_records_arriving_while_a_batch_lingers_are_written_together(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    writer = BatchesSeen(path)
+    sink = QueuedSink(writer, flush_interval_s=0.3)
+    for n in range(20):  # spread over about 0.1 s, well within the interval
+        await sink.append(_record(n))
+        await asyncio.sleep(0.005)
+    assert writer.batches == []  # still lingering
+    for _ in range(200):
+        if writer.batches:
+            break
+        await asyncio.sleep(0.01)
+    assert writer.batches == [20]
+    await sink.aclose()
+    assert [orjson.loads(line)["decision_id"] for line in path.read_bytes().splitlines()] == [
+        f"d{n}" for n in range(20)
+    ]
+    assert verify_file(path).ok
+
+
+async def test_without_an_interval_each_record_is_written_as_soon_as_the_writer_is_free(
+    tmp_path: Path,
+) -> None:
+    writer = BatchesSeen(tmp_path / "audit.jsonl")
+    sink = QueuedSink(writer)
+    for n in range(5):
+        await sink.append(_record(n))
+        for _ in range(200):
+            if sum(writer.batches) == n + 1:
+                break
+            await asyncio.sleep(0.01)
+    assert writer.batches == [1, 1, 1, 1, 1]
+    await sink.aclose()
+
+
+async def test_a_mandatory_record_is_written_without_lingering(tmp_path: Path) -> None:
+    writer = BatchesSeen(tmp_path / "audit.jsonl")
+    sink = QueuedSink(writer, mandatory=True, flush_interval_s=60.0)
+    async with asyncio.timeout(10):  # an hour's linger would fail here, not hang
+        await sink.append(_record(1))
+    assert writer.batches == [1]
+    await sink.aclose()
+
+
+async def test_closing_writes_a_lingering_batch_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    writer = BatchesSeen(path)
+    sink = QueuedSink(writer, flush_interval_s=60.0)
+    for n in range(3):
+        await sink.append(_record(n))
+    await asyncio.sleep(0.05)
+    async with asyncio.timeout(10):
+        await sink.aclose()
+    assert writer.batches == [3]
+    assert sink.written == 3
+    assert verify_file(path).records == 3
