@@ -15,7 +15,8 @@ on `<file>.lock` (flock) around each transaction: a process waiting for it is wo
 moment it is free, where SQLite's busy handler sleeps a millisecond or more between tries.
 
 `synchronous=NORMAL`: a committed transaction survives the process being killed; only an
-operating-system crash or power loss may lose the last few.
+operating-system crash or power loss may lose the last few. The write-ahead log is
+checkpointed by a thread of its own (`sqlite_checkpoint.py`), not inside a request's COMMIT.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from adapters.state import sqlite_tx
+from adapters.state.sqlite_checkpoint import BACKSTOP_PAGES, WalCheckpointer
 from gateway.errors import StateStoreUnavailable
 from gateway.metering.records import (
     IdempotencyClaim,
@@ -46,6 +48,7 @@ from gateway.metering.records import (
 T = TypeVar("T")
 
 _BUSY_TIMEOUT_MS = 10_000  # how long a transaction waits for another process's write lock
+_CHECKPOINT_INTERVAL_S = 0.5
 
 
 _Call = tuple[Callable[..., Any], tuple[object, ...], "asyncio.Future[Any]", asyncio.AbstractEventLoop]
@@ -71,9 +74,15 @@ def _resolve(future: asyncio.Future[Any], outcome: object, path: str) -> None:
 class SQLiteStore:
     name = "sqlite"
 
-    def __init__(self, path: str | Path, clock_us: Callable[[], int] = _now_us) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        clock_us: Callable[[], int] = _now_us,
+        checkpoint_interval_s: float = _CHECKPOINT_INTERVAL_S,
+    ) -> None:
         self._path = str(path)
         self._clock_us = clock_us
+        self._checkpointer = WalCheckpointer(self._path, checkpoint_interval_s)
         # One thread owns the connection: sqlite3 calls block, and must not run on the event loop.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tollgate-sqlite")
         self._db: sqlite3.Connection | None = None
@@ -90,8 +99,10 @@ class SQLiteStore:
             db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
+            db.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
             sqlite_tx.create_schema(db)
             self._db = db
+            self._checkpointer.start()
         return self._db
 
     async def _run(self, operation: Callable[..., T], *args: object) -> T:
@@ -193,6 +204,7 @@ class SQLiteStore:
 
         await asyncio.get_running_loop().run_in_executor(self._executor, close)
         self._executor.shutdown(wait=True)
+        await asyncio.to_thread(self._checkpointer.stop)
 
 
 def _select_one(db: sqlite3.Connection, now_us: int) -> None:

@@ -65,3 +65,44 @@ async def test_in_a_group_commit_only_the_failing_operation_is_rolled_back(store
     assert await store.counters("acme", (COUNTER,)) == (7,)
     [row] = await store.spend(("acme",), "2026-11-22", "2026-11-22")
     assert (row.requests, row.cost_micros) == (2, 7)
+
+
+def in_the_database_file(path: Path) -> int | None:
+    """The counter as the database file alone has it, the write-ahead log ignored."""
+    db = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+    try:
+        row = db.execute("SELECT spent FROM counters WHERE counter = ?", (COUNTER,)).fetchone()
+    except sqlite3.OperationalError:  # no table yet: even the schema is only in the log
+        return None
+    finally:
+        db.close()
+    return int(row[0]) if row else None
+
+
+async def test_the_log_is_checkpointed_by_the_stores_own_thread(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path, checkpoint_interval_s=0.05)
+    try:
+        assert await store.settle(a_settlement(7))
+        for _ in range(200):
+            if in_the_database_file(path) == 7:
+                break
+            await asyncio.sleep(0.025)
+        assert in_the_database_file(path) == 7
+    finally:
+        await store.aclose()
+    assert store._checkpointer.checkpoints > 0
+    assert store._checkpointer._thread is None  # stopped with the store
+
+
+async def test_a_commit_leaves_its_pages_in_the_log_for_that_thread(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path, checkpoint_interval_s=0)  # no checkpoint thread
+    try:
+        for n in range(1, 51):
+            assert await store.settle(a_settlement(n))
+        await asyncio.sleep(0.2)
+        assert in_the_database_file(path) is None  # no request's COMMIT copied the log back
+        assert await store.counters("acme", (COUNTER,)) == (sum(range(1, 51)),)
+    finally:
+        await store.aclose()
