@@ -8,11 +8,12 @@ operations are in `sqlite_tx.py`; this module runs them on one dedicated thread 
 (sqlite3 blocks) and translates SQLite's failures.
 
 Group commit: operations that arrive while the thread is busy run together in one
-transaction, each in its own savepoint (one failing is rolled back alone; an operation
-alone needs none: its failure rolls back its transaction), so a loaded
-worker pays one lock and one commit for many requests. Writers also take an advisory lock
-on `<file>.lock` (flock) around each transaction: a process waiting for it is woken the
-moment it is free, where SQLite's busy handler sleeps a millisecond or more between tries.
+transaction, so a loaded worker pays one lock and one commit for many requests. Should one
+of them fail, the transaction is rolled back and each runs again in a transaction of its
+own: only the failing one is refused, and the common case needs no savepoints. Writers
+also take an advisory lock on `<file>.lock` (flock) around each transaction: a process
+waiting for it is woken the moment it is free, where SQLite's busy handler sleeps a
+millisecond or more between tries.
 
 `synchronous=NORMAL`: a committed transaction survives the process being killed; only an
 operating-system crash or power loss may lose the last few. The write-ahead log is
@@ -71,6 +72,11 @@ def _resolve(future: asyncio.Future[Any], outcome: object, path: str) -> None:
         future.set_result(outcome)
 
 
+def _resolve_all(outcomes: list[tuple[asyncio.Future[Any], object]], path: str) -> None:
+    for future, outcome in outcomes:
+        _resolve(future, outcome, path)
+
+
 class SQLiteStore:
     name = "sqlite"
 
@@ -124,42 +130,51 @@ class SQLiteStore:
                 if not batch:
                     self._draining = False
                     return
+            # One wake-up per event loop for the whole batch, not one per operation.
+            resolved: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], object]]] = {}
             for (_, _, future, loop), outcome in zip(batch, self._transact(batch), strict=True):
+                resolved.setdefault(loop, []).append((future, outcome))
+            for loop, outcomes in resolved.items():
                 with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
-                    loop.call_soon_threadsafe(_resolve, future, outcome, self._path)
+                    loop.call_soon_threadsafe(_resolve_all, outcomes, self._path)
 
     def _transact(self, batch: list[_Call]) -> list[object]:
-        """One transaction for the batch, a savepoint per operation; each outcome is the
-        operation's result or the sqlite3.Error it (or the whole transaction) raised."""
+        """One transaction for the batch; each outcome is the operation's result or the
+        sqlite3.Error it (or its transaction) raised. Should one operation of several fail,
+        the batch is rolled back and each operation runs again in a transaction of its own,
+        so only the failing one is refused; the common case pays for no savepoints."""
         try:
             db = self._connection()
         except (sqlite3.Error, OSError) as exc:
             return [exc] * len(batch)
         assert self._lock is not None
-        outcomes: list[object] = []
         fcntl.flock(self._lock, fcntl.LOCK_EX)
         try:
-            db.execute("BEGIN IMMEDIATE")
-            if len(batch) == 1:  # alone, the transaction is its savepoint (two statements fewer)
-                operation, args, _, _ = batch[0]
-                outcome = operation(db, self._clock_us(), *args)
-                db.execute("COMMIT")
-                return [outcome]
-            for operation, args, _, _ in batch:
-                db.execute("SAVEPOINT operation")
-                try:
-                    outcomes.append(operation(db, self._clock_us(), *args))
-                except sqlite3.Error as exc:
-                    db.execute("ROLLBACK TO operation")
-                    outcomes.append(exc)
-                db.execute("RELEASE operation")
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            return [exc] * len(batch)
+            outcomes = self._in_one_transaction(db, batch)
+            if outcomes is None:
+                # An operation alone always has an outcome (`or ()` only satisfies the types).
+                return [out for call in batch for out in self._in_one_transaction(db, [call]) or ()]
+            return outcomes
         finally:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
+
+    def _in_one_transaction(self, db: sqlite3.Connection, batch: list[_Call]) -> list[object] | None:
+        """The batch's outcomes, committed together; None when one operation of several
+        failed (all rolled back). A failed BEGIN or COMMIT is the outcome of every operation."""
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            return [exc] * len(batch)
+        try:
+            outcomes = [operation(db, self._clock_us(), *args) for operation, args, _, _ in batch]
+        except sqlite3.Error as exc:
+            _roll_back(db)
+            return [exc] if len(batch) == 1 else None
+        try:
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _roll_back(db)
+            return [exc] * len(batch)
         return outcomes
 
     async def reserve(self, request: ReserveRequest) -> ReserveOutcome:
@@ -205,6 +220,12 @@ class SQLiteStore:
         await asyncio.get_running_loop().run_in_executor(self._executor, close)
         self._executor.shutdown(wait=True)
         await asyncio.to_thread(self._checkpointer.stop)
+
+
+def _roll_back(db: sqlite3.Connection) -> None:
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):  # the next BEGIN reports a connection gone bad
+            db.execute("ROLLBACK")
 
 
 def _select_one(db: sqlite3.Connection, now_us: int) -> None:

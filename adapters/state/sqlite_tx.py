@@ -1,5 +1,5 @@
 """The SQLite store's operations. Each runs inside a write transaction the caller opened
-(`sqlite.py`: one `BEGIN IMMEDIATE` per batch, a savepoint per operation), so each is
+(`sqlite.py`: one `BEGIN IMMEDIATE` per batch, each operation run again alone should one fail), so each is
 atomic against every other process using the file.
 
 They take the connection and the current time (unix microseconds) first, and implement
