@@ -1,6 +1,6 @@
 """The SQLite store's operations. Each runs inside a write transaction the caller opened
-(`sqlite.py`: one `BEGIN IMMEDIATE` per batch, each operation run again alone should one fail), so each is
-atomic against every other process using the file.
+(`sqlite.py`: one `BEGIN IMMEDIATE` per batch; should one operation fail, each runs again
+alone), so each is atomic against every other process using the file.
 
 They take the connection and the current time (unix microseconds) first, and implement
 exactly the semantics of the Redis scripts in `redis_scripts.py` (the contract tests in
