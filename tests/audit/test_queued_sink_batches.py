@@ -35,12 +35,12 @@ def _record(n: int) -> dict[str, Any]:
 async def test_records_arriving_while_a_batch_lingers_are_written_together(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     writer = BatchesSeen(path)
-    sink = QueuedSink(writer, flush_interval_s=0.3)
-    for n in range(20):  # spread over about 0.1 s, well within the interval
+    sink = QueuedSink(writer, flush_interval_s=2.0)
+    for n in range(20):  # each append lets the writer's task run: it has the first one at once
         await sink.append(_record(n))
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0)
     assert writer.batches == []  # still lingering
-    for _ in range(200):
+    for _ in range(500):
         if writer.batches:
             break
         await asyncio.sleep(0.01)
