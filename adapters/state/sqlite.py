@@ -151,12 +151,14 @@ class SQLiteStore:
         fcntl.flock(self._lock, fcntl.LOCK_EX)
         try:
             outcomes = self._in_one_transaction(db, batch)
-            if outcomes is None:
-                # An operation alone always has an outcome (`or ()` only satisfies the types).
-                return [out for call in batch for out in self._in_one_transaction(db, [call]) or ()]
-            return outcomes
+            return outcomes if outcomes is not None else [self._alone(db, call) for call in batch]
         finally:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
+
+    def _alone(self, db: sqlite3.Connection, call: _Call) -> object:
+        outcomes = self._in_one_transaction(db, [call])
+        assert outcomes is not None  # an operation alone always has its outcome
+        return outcomes[0]
 
     def _in_one_transaction(self, db: sqlite3.Connection, batch: list[_Call]) -> list[object] | None:
         """The batch's outcomes, committed together; None when one operation of several
