@@ -3,18 +3,30 @@ in front of it, both on loopback for the whole session, and clients for the gate
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 
 import httpx
 import openai
 import pytest
 
 from simulator import RunningSimulator, SimConfig, Simulator
-from tests.harness import free_port, openai_upstream
+from tests.harness import free_port, openai_upstream, wait_before_day_end
 from tests.servers import TEST_KEY, UPSTREAM_KEY, RunningGateway, gateway_config, running_gateway
 
 MAX_BODY_BYTES = 16 * 1024
+# Longer than any module that uses `one_budget_day` takes, on a slow machine.
+BUDGET_DAY_MODULE_S = 300
+
+
+@pytest.fixture(scope="module")
+def one_budget_day() -> None:
+    """The module's requests all fall in one UTC day. Budget windows (day, month) turn over at
+    UTC midnight, so a module that checks one window's spend across requests, started just
+    before it, waits for the new day rather than straddle it."""
+    time.sleep(wait_before_day_end(datetime.now(UTC), BUDGET_DAY_MODULE_S))
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -26,6 +27,14 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def wait_before_day_end(now: datetime, margin_s: float) -> float:
+    """Seconds to wait so that the next `margin_s` seconds fall in one UTC day: 0 unless the
+    day ends sooner, else until just past its midnight."""
+    midnight = datetime(now.year, now.month, now.day, tzinfo=UTC) + timedelta(days=1)
+    left = (midnight - now).total_seconds()
+    return 0.0 if left >= margin_s else left + 1.0
 
 
 def openai_upstream(base_url: str, **extra: Any) -> dict[str, Any]:

@@ -6,6 +6,8 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from adapters.state.sqlite import SQLiteStore
 from gateway.exchange import Principal, Tenant
 from gateway.keys import hash_key, key_id
@@ -24,6 +26,7 @@ def test_band_of_names_the_worst_budget_used_up() -> None:
     assert band_of((SOFT, HARD), (0, 60)) == "exceeded"
 
 
+@pytest.mark.usefixtures("one_budget_day")
 async def test_bands_follow_the_store_and_are_reused_for_their_ttl(tmp_path: Path) -> None:
     config = gateway_config(
         upstreams={"u": {"kind": "openai_compat", "base_url": "http://127.0.0.1:1/v1"}},

@@ -23,7 +23,7 @@ from tests.metering.conftest import REDIS_URL
 from tests.metering.processes import GatewayProcess, RedisProcess, write_config
 from tests.servers import UPSTREAM_KEY
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_budget_day")]
 
 KEY = "tg-test-budget-acme"
 LENIENT_KEY = "tg-test-budget-lenient"

@@ -24,6 +24,8 @@ from tests.harness import eventually, openai_error, openai_upstream, recorded
 from tests.metering.redis_cluster import Cluster
 from tests.servers import RunningGateway, gateway_config, running_gateway
 
+pytestmark = pytest.mark.usefixtures("one_budget_day")
+
 ADMIN_TOKEN = "tg-admin-operator-token"
 KEYS = {name: f"tg-test-{name}" for name in ("capped", "limited", "free", "streamer", "tiny")}
 # Expensive on purpose, so that small budgets are used up in a few requests: per token,

@@ -14,6 +14,8 @@ from tests.harness import HELLO, eventually, openai_error, recorded
 from tests.policy.gateway_setup import policy_gateway_config, write_policy_dir
 from tests.servers import RunningGateway, running_gateway
 
+pytestmark = pytest.mark.usefixtures("one_budget_day")
+
 SOFT_KEY = "tg-test-soft-budget"
 HARD_KEY = "tg-test-hard-budget"
 PRICE = {"input": 1000, "cached_input": 100, "output": 2000}  # micro-dollars per token: used up fast
