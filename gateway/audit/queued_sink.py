@@ -9,7 +9,7 @@ rather than a few records at a time; a record reaches the log at most that much 
 
 Mandatory, `append` waits until its record is written and raises AuditWriteFailed when
 the write fails or takes longer than `write_timeout_s`, so the request fails closed; a
-batch holding such a record is written without lingering.
+mandatory sink never lingers.
 
 `prepare` (the persistence scrub) runs in the background task; a record it cannot
 prepare is never written unprepared.
@@ -96,7 +96,7 @@ class QueuedSink:
     async def _run(self) -> None:
         while True:
             batch = [await self._queue.get()]
-            if self._lingers(batch[0]):
+            if self._lingers():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self._flush_interval_s):
                         await self._closing.wait()
@@ -111,9 +111,11 @@ class QueuedSink:
                 for _ in batch:
                     self._queue.task_done()
 
-    def _lingers(self, first: _Item) -> bool:
-        # A request waits on a mandatory record; a full batch has nothing left to wait for.
-        return self._flush_interval_s > 0 and first[1] is None and self._queue.qsize() < self._batch_size - 1
+    def _lingers(self) -> bool:
+        # A request waits on every mandatory record; a full batch has nothing left to wait for.
+        if self._mandatory or self._flush_interval_s <= 0:
+            return False
+        return self._queue.qsize() < self._batch_size - 1
 
     async def _write(self, batch: list[_Item]) -> None:
         ready: list[_Item] = []
