@@ -20,6 +20,7 @@ from gateway.audit.queued_sink import QueuedSink
 from gateway.config import (
     GatewayConfig,
     PolicyConfig,
+    StateConfig,
     config_path_from_env,
     load_config,
     metrics_dir_from_env,
@@ -29,6 +30,7 @@ from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
 from gateway.keys import KeyRing, key_id
+from gateway.metering.idempotency import IdempotencyOnly
 from gateway.metering.parts import metering_parts, state_config
 from gateway.pipeline import Finisher, Pipeline, Stage
 from gateway.policy.cache import DecisionCache
@@ -121,11 +123,21 @@ def build_services(
         decide = [decide_from(config.policy, engine, config, audit, band)] if config.policy and engine else []
         redaction_counters = RedactionCounters()
         redact = Redact(redaction or RedactionSettings.from_config(config), redaction_counters)
-        meter = [metering.meter] if metering else []
+        # Without metering, Idempotency-Key is still honoured, on the embedded store.
+        keys_only = (
+            None
+            if metering
+            else IdempotencyOnly(
+                lambda: build_state_store(StateConfig()),
+                config.metering.idempotency_ttl_s,
+                StateConfig().lease_s,
+            )
+        )
+        meter: list[Stage] = [metering.meter] if metering else [keys_only] if keys_only else []
         stages: list[Stage] = [admit, *decide, redact, ToolOffer(), ContextCap(), *meter, route]
         # Settle first, so the access log and the audit record see the settled request.
         finishers: list[Finisher] = [
-            *([metering.settle] if metering else []),
+            *([metering.settle] if metering else [keys_only] if keys_only else []),
             *([AccessLog()] if config.server.access_log else []),
             *([AuditCompletion(audit)] if audit else []),
         ]
@@ -163,6 +175,8 @@ def build_services(
                 await engine.aclose()
             if metering is not None:
                 await metering.aclose()
+            if keys_only is not None:
+                await keys_only.aclose()
 
         prober.start()  # last: a start that failed above leaves no background task behind
         telemetry.metrics.start()

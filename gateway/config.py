@@ -231,12 +231,21 @@ class StateConfig(_Strict):
         return self
 
 
+class ImageTokensConfig(_Strict):
+    """How many input tokens an image part is estimated at (gateway/metering/images.py)."""
+
+    patch_px: int = Field(28, ge=1)  # one token per patch_px x patch_px square of the image
+    max_per_image: int = Field(16_384, ge=1)  # and at most this many (an image URL: exactly this)
+
+
 class MeteringConfig(_Strict):
     default_max_tokens: int = Field(4096, ge=1)  # output cap when neither client nor policy sets one
     # When a hard budget cannot cover even this many output tokens, the request is refused.
     min_max_tokens: int = Field(16, ge=1)
     idempotency_ttl_s: float = Field(86_400.0, gt=0)  # how long a response is kept for replays
     band_cache_s: float = Field(1.0, ge=0)  # how long a budget band read for the policy is reused
+    image_tokens: ImageTokensConfig = ImageTokensConfig()  # the rule for models not named below
+    image_tokens_by_model: dict[str, ImageTokensConfig] = {}  # upstream model id -> its rule
 
 
 class AdminConfig(_Strict):

@@ -8,6 +8,7 @@
     ├── NotFound              404     unknown model alias or path
     ├── MethodNotAllowed      405
     ├── PayloadTooLarge       413     body over the configured limit
+    ├── UnsupportedMediaType  415     a Content-Encoding the gateway does not decode
     ├── IdempotencyConflict   409     a request with this Idempotency-Key is still in flight
     ├── QuotaExceeded         429     a hard budget cannot cover the request (insufficient_quota)
     ├── RateLimitExceeded     429     a requests or tokens per minute limit (with Retry-After)
@@ -49,6 +50,7 @@ __all__ = [
     "RedactionFailed",
     "SensitiveDataBlocked",
     "StateStoreUnavailable",
+    "UnsupportedMediaType",
     "UpstreamError",
     "UpstreamRejected",
     "UpstreamTimeout",
@@ -133,6 +135,12 @@ class PayloadTooLarge(GatewayError):
     status = 413
     type = "invalid_request_error"
     code = "request_too_large"
+
+
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_media_type"
 
 
 class UpstreamError(GatewayError):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.tracing import NO_TRACE, RequestTrace
 
 if TYPE_CHECKING:
+    from gateway.metering.idempotency import IdempotencyHold
     from gateway.metering.ticket import MeterTicket
     from gateway.policy.decision import Decision
     from gateway.redaction.state import RedactionState
@@ -130,6 +131,7 @@ class Exchange:
     tool_calls_blocked: int = 0  # model-emitted tool calls the tool-call guard kept from the client
     tool_stream: ToolCallStream | None = None  # the tool-call guard's state for a streamed response
     meter: MeterTicket | None = None  # set by the meter stage: the reservation the settle finisher closes
+    idempotency: IdempotencyHold | None = None  # the Idempotency-Key this request claimed, closed after it
     replay_body: bytes | None = None  # a stored response to send rather than call upstream (Idempotency-Key)
     response_body: bytes | None = None  # the non-streamed response as sent, set by the HTTP edge
     trace: RequestTrace = NO_TRACE  # set by the HTTP edge: spans, and the traceparent sent upstream

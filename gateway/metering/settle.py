@@ -16,9 +16,10 @@ import logging
 from gateway.config import MeteringConfig, StateConfig
 from gateway.errors import StateStoreUnavailable
 from gateway.exchange import Exchange
+from gateway.metering import idempotency
 from gateway.metering.estimate import produced_tokens
 from gateway.metering.prices import PriceBook
-from gateway.metering.records import LedgerEntry, RateCharge, Settlement, StoredResponse
+from gateway.metering.records import LedgerEntry, RateCharge, Settlement
 from gateway.metering.ticket import MeterTicket
 from gateway.ports import StateStore
 
@@ -49,8 +50,8 @@ class Settle:
         if ticket is None or ticket.replayed or exchange.principal is None:
             return
         tenant = exchange.principal.tenant.name
-        if ticket.idempotency is not None:
-            await self._close_idempotency(exchange, ticket, tenant)
+        if exchange.idempotency is not None:
+            await idempotency.close(self._store, exchange, exchange.idempotency, self._idempotency_ttl_s)
         settlement = self._settlement(exchange, ticket, tenant)
         if settlement is None:
             return
@@ -64,21 +65,6 @@ class Settle:
             task = asyncio.ensure_future(self._retry(settlement, exchange.request_id))
             self._retries[task] = settlement
             task.add_done_callback(lambda done: self._retries.pop(done, None))
-
-    async def _close_idempotency(self, exchange: Exchange, ticket: MeterTicket, tenant: str) -> None:
-        hold = ticket.idempotency
-        assert hold is not None
-        try:
-            if exchange.status == 200 and exchange.response_body is not None:
-                response = StoredResponse(200, exchange.response_body)
-                await self._store.complete_idempotency(
-                    tenant, hold.key, hold.fingerprint, response, self._idempotency_ttl_s
-                )
-            else:
-                await self._store.release_idempotency(tenant, hold.key)
-        except StateStoreUnavailable:
-            # The claim's lease ends with the request's deadline; a retry then starts afresh.
-            logger.warning("idempotency key not recorded: the state store is unavailable")
 
     def _settlement(self, exchange: Exchange, ticket: MeterTicket, tenant: str) -> Settlement | None:
         served = next((a for a in reversed(exchange.attempts) if a.status == 200), None)
