@@ -62,6 +62,16 @@ def test_an_allowed_request_is_served_with_max_tokens_capped(
     assert sent.body["max_tokens"] == 64
 
 
+@pytest.mark.parametrize(("asked", "header"), [(5000, "64; reason=policy"), (None, "64; reason=policy"), (32, None)])
+def test_the_response_says_when_the_policy_set_or_lowered_the_output_limit(
+    http: httpx.Client, asked: int | None, header: str | None
+) -> None:
+    body = chat_body() if asked is None else chat_body(max_tokens=asked)
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200
+    assert response.headers.get("x-tollgate-max-tokens") == header
+
+
 def test_a_model_the_policy_does_not_list_is_refused_with_its_reason(policy_gateway: RunningGateway) -> None:
     with (
         openai.OpenAI(base_url=policy_gateway.base_url, api_key=TEST_KEY, max_retries=0) as client,
