@@ -2,8 +2,8 @@
 `/ai/run/{model}` endpoint, whose `{result, success, errors}` envelope is removed here.
 
 Workers AI reports failures as internal codes in `errors[].code`; those decide the
-mapping, the HTTP status only when no code is given. Facts and sources:
-shared reference `backends-and-protocols.md`, sections 1 and 4.
+mapping, the HTTP status only when no code is given. The facts this relies on, and their
+sources: docs/upstream-apis.md.
 """
 
 from __future__ import annotations

@@ -62,7 +62,9 @@ def test_an_allowed_request_is_served_with_max_tokens_capped(
     assert sent.body["max_tokens"] == 64
 
 
-@pytest.mark.parametrize(("asked", "header"), [(5000, "64; reason=policy"), (None, "64; reason=policy"), (32, None)])
+@pytest.mark.parametrize(
+    ("asked", "header"), [(5000, "64; reason=policy"), (None, "64; reason=policy"), (32, None)]
+)
 def test_the_response_says_when_the_policy_set_or_lowered_the_output_limit(
     http: httpx.Client, asked: int | None, header: str | None
 ) -> None:
