@@ -51,12 +51,16 @@ class ServerConfig(_Strict):
 
 class TimeoutsConfig(_Strict):
     connect_s: float = Field(5.0, gt=0)
-    # Until the upstream starts answering (headers of a stream, whole body otherwise is bounded by
-    # the request deadline).
+    # Until a stream's first event (its head included): the head comes at once, the event after prefill.
     first_byte_s: float = Field(60.0, gt=0)
+    # Until the response head of every request. A non-streamed answer's head comes after the whole
+    # generation, so this must exceed the longest non-streamed generation served; a hung upstream
+    # fails over to the next candidate after it rather than at the request deadline.
+    response_headers_s: float = Field(300.0, gt=0)
     # Longest silence allowed between two chunks of a stream.
     between_chunks_s: float = Field(60.0, gt=0)
-    # Added to first_byte_s per thousand (estimated) prompt tokens: long prompts are slow to start.
+    # Added to first_byte_s and response_headers_s per thousand (estimated) prompt tokens: long
+    # prompts are slow to start.
     first_byte_per_1k_tokens_s: float = Field(0.25, ge=0)
 
 

@@ -187,6 +187,8 @@ class Forwarder:
     ) -> UpstreamRequest:
         exchange = shared.exchange
         remaining = exchange.deadline - now
+        policy = route.policy
+        headers_timeout = min(policy.response_headers_timeout(shared.prompt_tokens), remaining)
         return UpstreamRequest(
             endpoint=exchange.endpoint,
             model=candidate.model,
@@ -194,7 +196,8 @@ class Forwarder:
             stream=exchange.stream,
             request_id=exchange.request_id,
             deadline=exchange.deadline,
-            first_byte_timeout=min(route.policy.first_byte_timeout(shared.prompt_tokens), remaining),
+            first_byte_timeout=min(policy.first_byte_timeout(shared.prompt_tokens), remaining),
+            headers_timeout=headers_timeout,
             session_key=exchange.session_key,
             replica=replica,
             # _begin has just appended this attempt; its span starts here and is its traceparent's parent

@@ -28,6 +28,7 @@ class UpstreamRequest:
     request_id: str
     deadline: float  # time.monotonic() by which the whole answer must be in
     first_byte_timeout: float  # seconds allowed until the first byte of the answer (a stream's first event)
+    headers_timeout: float  # seconds allowed until the response head, streamed or not
     session_key: str | None = None  # affinity key, already scoped per tenant and hashed
     replica: int = 0  # which of the upstream's `replicas` to send to, chosen by the forwarder
     trace_headers: Mapping[str, str] | None = None  # traceparent (and tracestate) for this attempt

@@ -65,6 +65,7 @@ class OpenAICompatUpstream:
             self._payload(request),
             self._headers(request),
             timeout,
+            request.headers_timeout,
         )
         if raw.status != 200:
             raise self._error(raw.status, raw.body, raw.headers)

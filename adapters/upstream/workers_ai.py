@@ -130,7 +130,11 @@ class WorkersAIUpstream:
     async def complete(self, request: UpstreamRequest) -> UpstreamResponse:
         timeout = max(request.deadline - time.monotonic(), 0.001)
         raw = await self._client.post(
-            self._url(request), self._payload(request), self._headers(request), timeout
+            self._url(request),
+            self._payload(request),
+            self._headers(request),
+            timeout,
+            request.headers_timeout,
         )
         if raw.status != 200:
             raise self._error(raw.status, raw.body, raw.headers)

@@ -31,10 +31,19 @@ class AttemptPolicy:
     max_retry_wait_s: float = 2.0  # the longest Retry-After the gateway waits out itself
     first_byte_s: float = 60.0  # time to the first byte of a small prompt...
     first_byte_per_1k_tokens_s: float = 0.25  # ...plus this per thousand prompt tokens (prefill)
+    response_headers_s: float = 300.0  # time to the response head of any request, plus the same
 
     def first_byte_timeout(self, prompt_tokens: int) -> float:
         """Prefill-heavy requests are slow to start, not stuck: the allowance grows with the prompt."""
-        return self.first_byte_s + self.first_byte_per_1k_tokens_s * prompt_tokens / 1000
+        return self.first_byte_s + self._prefill_s(prompt_tokens)
+
+    def response_headers_timeout(self, prompt_tokens: int) -> float:
+        """The time to the response head, for every request (a non-streamed answer's head
+        comes after its whole generation): past it, the attempt has failed and the next is tried."""
+        return self.response_headers_s + self._prefill_s(prompt_tokens)
+
+    def _prefill_s(self, prompt_tokens: int) -> float:
+        return self.first_byte_per_1k_tokens_s * prompt_tokens / 1000
 
     def may_retry(self, error: UpstreamError, attempts: int) -> bool:
         """Whether this upstream gets another attempt after `attempts` of them, the last failing so."""

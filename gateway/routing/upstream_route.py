@@ -59,6 +59,7 @@ def _route(spec: UpstreamConfig, upstream: Upstream) -> UpstreamRoute:
             max_retry_wait_s=spec.max_retry_wait_s,
             first_byte_s=spec.timeouts.first_byte_s,
             first_byte_per_1k_tokens_s=spec.timeouts.first_byte_per_1k_tokens_s,
+            response_headers_s=spec.timeouts.response_headers_s,
         ),
         probe_interval_s=probe_interval,
     )
