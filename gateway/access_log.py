@@ -47,5 +47,6 @@ class AccessLog:
                 "prompt_tokens": usage.prompt_tokens,
                 "cached_tokens": usage.cached_tokens,
                 "completion_tokens": usage.completion_tokens,
+                "usage_source": usage.source,
             },
         )

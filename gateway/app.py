@@ -29,7 +29,9 @@ from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
 from gateway.keys import KeyRing, key_id
+from gateway.metering.counted import CountedUsage
 from gateway.metering.parts import metering_parts, state_config
+from gateway.metering.produced import ProducedText
 from gateway.pipeline import Finisher, Pipeline, Stage
 from gateway.policy.cache import DecisionCache
 from gateway.ports import AuditSink, PolicyEngine
@@ -123,15 +125,17 @@ def build_services(
         redact = Redact(redaction or RedactionSettings.from_config(config), redaction_counters)
         meter = [metering.meter] if metering else []
         stages: list[Stage] = [admit, *decide, redact, ToolOffer(), ContextCap(), *meter, route]
-        # Settle first, so the access log and the audit record see the settled request.
+        # The gateway's count of usage the upstream did not report first, then settle, so the
+        # access log and the audit record see the settled request.
         finishers: list[Finisher] = [
+            CountedUsage(),
             *([metering.settle] if metering else []),
             *([AccessLog()] if config.server.access_log else []),
             *([AuditCompletion(audit)] if audit else []),
         ]
         # Redaction before the tool-call guard: restored arguments are what get checked.
         guards: list[ResponseGuard] = [
-            *([metering.produced] if metering else []),
+            ProducedText(),
             RedactionGuard(redaction_counters),
             ToolCallGuard(),
             UsageGuard(),

@@ -90,8 +90,9 @@ TOKENS = MetricSpec(
     "tollgate.tokens",
     Kind.COUNTER,
     "{token}",
-    "Tokens by tenant and model alias: input (cached included), cache_read, output.",
-    (n.TENANT, n.MODEL_ALIAS, n.GEN_AI_TOKEN_TYPE),
+    "Tokens by tenant and model alias: input (cached included), cache_read, output; usage source "
+    "reported (by the upstream) or counted (by the gateway, when the upstream reported none).",
+    (n.TENANT, n.MODEL_ALIAS, n.GEN_AI_TOKEN_TYPE, n.USAGE_SOURCE),
 )
 PROMPT_CACHE_TOKENS = MetricSpec(
     "tollgate.prompt_cache.tokens",

@@ -28,4 +28,3 @@ class MeterTicket:
     output_tokens: int = 0  # the output bound that was reserved (max tokens times choices)
     idempotency: IdempotencyHold | None = None
     replayed: bool = False  # answered from a stored response: nothing to settle
-    produced_chars: int = 0  # generated text seen in the response, for settling without usage
