@@ -39,6 +39,7 @@ from gateway.redaction.guard import RedactionGuard
 from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
 from gateway.routing.probes import HealthProber
+from gateway.routing.readiness import upstream_readiness
 from gateway.routing.upstream_route import build_routes, probe_targets
 from gateway.stages.admit import Admit
 from gateway.stages.decide import Decide
@@ -152,11 +153,6 @@ def build_services(
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
         pipeline = Pipeline(stages, forwarder, guards, finishers)
 
-        async def upstream_health() -> dict[str, bool]:
-            names = list(upstreams)
-            results = await asyncio.gather(*(upstreams[n].check_health() for n in names))
-            return dict(zip(names, results, strict=True))
-
         async def close() -> None:
             await telemetry.aclose()  # first: its last export still reads the state store (budgets)
             await prober.aclose()
@@ -174,7 +170,7 @@ def build_services(
             pipeline=pipeline,
             authenticate=admit.authenticate,
             models_for=lambda principal: route.aliases_for(principal.tenant.models),
-            upstream_health=upstream_health,
+            upstream_health=lambda: upstream_readiness(routes),
             max_body_bytes=config.server.max_body_bytes,
             request_timeout_s=config.server.request_timeout_s,
             close=close,

@@ -73,6 +73,12 @@ class HealthConfig(_Strict):
     # Seconds between active probes of each replica; 0 turns them off. Unset: 5 for a pool of
     # replicas, off for a single endpoint (its circuit's trial request does the probing).
     probe_interval_s: float | None = Field(None, ge=0)
+    probe_timeout_s: float = Field(5.0, gt=0)  # a probe unanswered for this long has failed...
+    probe_failures: int = Field(3, ge=1)  # ...and this many consecutive failed probes open the circuit
+    # A replica with requests in flight, or that answered one this recently, is busy, not down:
+    # servers that serve one request at a time leave their health route waiting meanwhile, so
+    # only a refused connection then counts against it (its requests have their own timeouts).
+    busy_grace_s: float = Field(30.0, ge=0)
 
 
 class _UpstreamBase(_Strict):

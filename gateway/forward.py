@@ -60,7 +60,7 @@ class _LeasedStream:
         finally:
             pool, self._pool = self._pool, None
             if pool is not None:
-                pool.release(self._replica)
+                pool.release(self._replica, answered=True)
 
 
 @dataclass(slots=True)
