@@ -105,8 +105,9 @@ ATTEMPTS = MetricSpec(
     "tollgate.upstream.attempts",
     Kind.COUNTER,
     "{attempt}",
-    "Upstream attempts: first, retry (same upstream again) or fallback (the next candidate), by outcome.",
-    (n.UPSTREAM, n.ATTEMPT_KIND, "tollgate.outcome"),
+    "Upstream attempts: first, retry (same upstream again) or fallback (the next candidate), by outcome "
+    "and replica (its index in the upstream's replicas).",
+    (n.UPSTREAM, n.REPLICA, n.ATTEMPT_KIND, "tollgate.outcome"),
 )
 SESSION_TURN_TOKENS = MetricSpec(
     "tollgate.session.input_tokens",

@@ -97,7 +97,7 @@ class MetricsRecorder:
             else:
                 outcome = attempt.error
                 ended = attempt.ended_at
-            m.attempts.add((attempt.upstream, kind, outcome))
+            m.attempts.add((attempt.upstream, str(attempt.replica), kind, outcome))
             if attempt is served:
                 if exchange.stream:
                     # A stream's attempt succeeds at its first chunk; the operation lasts to the last.

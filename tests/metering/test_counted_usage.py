@@ -21,7 +21,7 @@ from gateway.exchange import Attempt, Endpoint, Exchange, Usage
 from gateway.keys import hash_key
 from gateway.metering.counted import counted_usage
 from tests.bare_upstream import BareUpstream, bare_upstream
-from tests.harness import captured_logs, openai_error
+from tests.harness import captured_logs, eventually, openai_error
 from tests.metering.test_metering_http import settled, spend_of
 from tests.servers import RunningGateway, gateway_config, running_gateway
 
@@ -106,6 +106,7 @@ async def test_a_stream_without_usage_gets_a_counted_usage_chunk_and_is_settled_
             )
         )
         assert await settled(store, "open", 1)
+        assert eventually(lambda: '"tollgate.access"' in logs.getvalue())  # written after the settle
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "Hello there!"
     usage = chunks[-1].usage
@@ -117,7 +118,7 @@ async def test_a_stream_without_usage_gets_a_counted_usage_chunk_and_is_settled_
     assert (row.prompt_tokens, row.completion_tokens) == (12, 3)
     assert row.cost_micros == 12 * 1000 + 3 * 2000
     assert _tokens(gateway, tollgate_usage_source="counted", gen_ai_token_type="output") == before + 3
-    [line] = [json.loads(x) for x in logs.getvalue().splitlines() if '"request"' in x]
+    [line] = [json.loads(x) for x in logs.getvalue().splitlines() if '"tollgate.access"' in x]
     assert (line["completion_tokens"], line["usage_source"]) == (3, "counted")
 
 

@@ -3,6 +3,7 @@ prefill (llama-cpp-python's server does): it is busy, not down, and keeps its se
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -10,9 +11,10 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.bare_upstream import BareUpstream, bare_upstream
-from tests.harness import HELLO, eventually
+from tests.harness import HELLO, captured_logs, eventually
 from tests.servers import TEST_KEY, RunningGateway, gateway_config, running_gateway
 
 
@@ -30,7 +32,11 @@ def gateway(servers: list[BareUpstream]) -> Iterator[RunningGateway]:
         # Probes far stricter than the defaults: one unanswered within 0.2 s would open a circuit.
         "health": {"probe_interval_s": 0.1, "probe_timeout_s": 0.2, "probe_failures": 1, "busy_grace_s": 1.0},
     }
-    config = gateway_config(upstreams={"pool": pool}, models={"chat": [{"upstream": "pool", "model": "m"}]})
+    config = gateway_config(
+        upstreams={"pool": pool},
+        models={"chat": [{"upstream": "pool", "model": "m"}]},
+        server={"access_log": True},
+    )
     with running_gateway(config) as running:
         yield running
 
@@ -93,3 +99,23 @@ def test_an_idle_replica_whose_health_check_fails_is_marked_down(
     finally:
         other.controls.health_status = 200
     assert eventually(lambda: _replicas(gateway)[1]["circuit"] != "open", 10)
+
+
+def test_the_access_line_and_the_attempt_metrics_name_the_replica(
+    servers: list[BareUpstream], gateway: RunningGateway
+) -> None:
+    session = f"session-{uuid.uuid4().hex}"
+    with captured_logs() as logs:
+        home = _home(servers, gateway, session)
+        assert eventually(lambda: '"tollgate.access"' in logs.getvalue())  # written after the response
+    [line] = [json.loads(x) for x in logs.getvalue().splitlines() if '"tollgate.access"' in x]
+    assert (line["upstream"], line["replica"]) == ("pool", home)
+    page = httpx.get(gateway.url + "/metrics").text
+    replicas = {
+        sample.labels["tollgate_replica"]
+        for family in text_string_to_metric_families(page)
+        for sample in family.samples
+        if sample.name == "tollgate_upstream_attempts_total"
+    }
+    assert str(home) in replicas
+    assert replicas <= {"0", "1"}  # the index, never an address
