@@ -1,4 +1,4 @@
-"""forward: attempts until one succeeds, the deadline passes, or the request itself is at fault.
+"""forward: attempts until one succeeds, the deadline passes, or every candidate has failed.
 
 Candidates are tried in order. For each, the upstream's pool chooses the replica (session
 affinity, load, health); a retryable failure gets up to `retries` more attempts on other
@@ -134,8 +134,6 @@ class Forwarder:
                     try:
                         return await send(shared, route, candidate, replica, now)
                     except UpstreamError as exc:
-                        if exc.client_fault:
-                            raise
                         last = exc
                         if not route.policy.may_retry(exc, made):
                             break

@@ -2,8 +2,8 @@
 
 The forwarder asks this policy after each failure; the rules, in order:
 
-- the request itself is at fault (`client_fault`): nobody retries it, anywhere;
-- a failure that another attempt cannot cure (`retryable` false): the next candidate;
+- a failure that another attempt cannot cure (`retryable` false), an upstream's refusal of
+  the request (400/413/422) among them: the next candidate, never this upstream again;
 - otherwise up to `retries` more attempts on this upstream, each on a replica not yet
   tried, at once; with no such replica, the same one again only when the upstream said
   when (Retry-After), the wait fits the deadline and `max_retry_wait_s`, and no other
@@ -47,7 +47,7 @@ class AttemptPolicy:
 
     def may_retry(self, error: UpstreamError, attempts: int) -> bool:
         """Whether this upstream gets another attempt after `attempts` of them, the last failing so."""
-        return error.retryable and not error.client_fault and attempts <= self.retries
+        return error.retryable and attempts <= self.retries
 
     def retry_after_wait(self, error: UpstreamError, remaining: float, fallback_left: bool) -> float | None:
         """Seconds to wait before asking the same replica again, or None to move on."""
