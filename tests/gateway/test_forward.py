@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from simulator import RunningSimulator
 from tests.harness import HELLO, chat_body, eventually, openai_error, openai_upstream, recorded
@@ -97,6 +98,7 @@ def test_an_upstreams_rejection_fails_over_to_the_next_candidate(
 def test_a_rejection_by_every_candidate_is_relayed_as_the_upstreams(
     http: httpx.Client, upstream: RunningSimulator, request_id: str, stream: bool
 ) -> None:
+    before = _rejections(http)
     upstream.faults.set({"status": 400, "message": "temperature is out of range"}, count=2)
     response = http.post(
         "/v1/chat/completions",
@@ -110,6 +112,20 @@ def test_a_rejection_by_every_candidate_is_relayed_as_the_upstreams(
     # Its own type and code: not the gateway's invalid_request_error, so operators can tell.
     assert (error["type"], error["code"]) == ("upstream_error", "upstream_rejected")
     assert _attempts(upstream, request_id) == [(0, 400), (1, 400)]
+    # Counted per upstream (and replica), so a server that refuses what others take shows up.
+    assert eventually(lambda: _rejections(http) == {k: v + 1 for k, v in before.items()})
+
+
+def _rejections(http: httpx.Client) -> dict[str, float]:
+    counts = dict.fromkeys(("local", "backup"), 0.0)
+    for family in text_string_to_metric_families(http.get("/metrics").text):
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name != "tollgate_upstream_attempts_total" or labels["tollgate_upstream"] not in counts:
+                continue
+            if labels["tollgate_outcome"] == "upstream_rejected":
+                counts[labels["tollgate_upstream"]] += sample.value
+    return counts
 
 
 def test_every_candidate_failing_returns_the_last_error(
