@@ -13,9 +13,12 @@ from typing import Any
 from gateway.ports import Health
 from gateway.routing.upstream_route import UpstreamRoute
 
+# The longest a readiness check waits for a replica: orchestrators give /readyz a few seconds.
+READY_CHECK_S = 2.0
+
 
 async def upstream_readiness(routes: Mapping[str, UpstreamRoute]) -> dict[str, Any]:
-    """Checks every replica now (each within its upstream's probe timeout). An upstream is up
+    """Checks every replica now (each within its probe timeout, at most READY_CHECK_S). An upstream is up
     when any replica answers its health check; the replicas show that answer beside what the
     pool knows (circuit, requests in flight, the last background probe)."""
     names = list(routes)
@@ -39,8 +42,9 @@ async def upstream_readiness(routes: Mapping[str, UpstreamRoute]) -> dict[str, A
 
 async def _check(route: UpstreamRoute) -> list[Health]:
     upstream = route.upstream
+    timeout = min(route.probe_timeout_s, READY_CHECK_S)
     answers = await asyncio.gather(
-        *(upstream.check_health(i, route.probe_timeout_s) for i in range(len(upstream.replicas))),
+        *(upstream.check_health(i, timeout) for i in range(len(upstream.replicas))),
         return_exceptions=True,
     )
     return [answer if isinstance(answer, Health) else Health.DOWN for answer in answers]
