@@ -36,6 +36,7 @@ class AccessLog:
                 "model": exchange.model_alias or None,
                 "upstream": last.upstream if last else None,
                 "upstream_model": last.model if last else None,
+                "replica": last.replica if last else None,  # index in the upstream's `replicas`
                 "attempts": len(exchange.attempts),
                 "stream": exchange.stream,
                 "status": exchange.status,
@@ -47,5 +48,6 @@ class AccessLog:
                 "prompt_tokens": usage.prompt_tokens,
                 "cached_tokens": usage.cached_tokens,
                 "completion_tokens": usage.completion_tokens,
+                "usage_source": usage.source,
             },
         )

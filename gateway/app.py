@@ -30,8 +30,10 @@ from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
 from gateway.keys import KeyRing, key_id
+from gateway.metering.counted import CountedUsage
 from gateway.metering.idempotency import IdempotencyOnly
 from gateway.metering.parts import metering_parts, state_config
+from gateway.metering.produced import ProducedText
 from gateway.pipeline import Finisher, Pipeline, Stage
 from gateway.policy.cache import DecisionCache
 from gateway.ports import AuditSink, PolicyEngine
@@ -39,6 +41,7 @@ from gateway.redaction.guard import RedactionGuard
 from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
 from gateway.routing.probes import HealthProber
+from gateway.routing.readiness import upstream_readiness
 from gateway.routing.upstream_route import build_routes, probe_targets
 from gateway.stages.admit import Admit
 from gateway.stages.decide import Decide
@@ -124,26 +127,27 @@ def build_services(
         redaction_counters = RedactionCounters()
         redact = Redact(redaction or RedactionSettings.from_config(config), redaction_counters)
         # Without metering, Idempotency-Key is still honoured, on the embedded store.
+        embedded = StateConfig()
         keys_only = (
             None
             if metering
             else IdempotencyOnly(
-                lambda: build_state_store(StateConfig()),
-                config.metering.idempotency_ttl_s,
-                StateConfig().lease_s,
+                lambda: build_state_store(embedded), config.metering.idempotency_ttl_s, embedded.lease_s
             )
         )
         meter: list[Stage] = [metering.meter] if metering else [keys_only] if keys_only else []
         stages: list[Stage] = [admit, *decide, redact, ToolOffer(), ContextCap(), *meter, route]
-        # Settle first, so the access log and the audit record see the settled request.
+        # The gateway's count of usage the upstream did not report first, then settle, so the
+        # access log and the audit record see the settled request.
         finishers: list[Finisher] = [
+            CountedUsage(),
             *([metering.settle] if metering else [keys_only] if keys_only else []),
             *([AccessLog()] if config.server.access_log else []),
             *([AuditCompletion(audit)] if audit else []),
         ]
         # Redaction before the tool-call guard: restored arguments are what get checked.
         guards: list[ResponseGuard] = [
-            *([metering.produced] if metering else []),
+            ProducedText(),
             RedactionGuard(redaction_counters),
             ToolCallGuard(),
             UsageGuard(),
@@ -159,11 +163,6 @@ def build_services(
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
         pipeline = Pipeline(stages, forwarder, guards, finishers)
-
-        async def upstream_health() -> dict[str, bool]:
-            names = list(upstreams)
-            results = await asyncio.gather(*(upstreams[n].check_health() for n in names))
-            return dict(zip(names, results, strict=True))
 
         async def close() -> None:
             await telemetry.aclose()  # first: its last export still reads the state store (budgets)
@@ -184,7 +183,7 @@ def build_services(
             pipeline=pipeline,
             authenticate=admit.authenticate,
             models_for=lambda principal: route.aliases_for(principal.tenant.models),
-            upstream_health=upstream_health,
+            upstream_health=lambda: upstream_readiness(routes),
             max_body_bytes=config.server.max_body_bytes,
             request_timeout_s=config.server.request_timeout_s,
             close=close,

@@ -51,12 +51,16 @@ class ServerConfig(_Strict):
 
 class TimeoutsConfig(_Strict):
     connect_s: float = Field(5.0, gt=0)
-    # Until the upstream starts answering (headers of a stream, whole body otherwise is bounded by
-    # the request deadline).
+    # Until a stream's first event (its head included): the head comes at once, the event after prefill.
     first_byte_s: float = Field(60.0, gt=0)
+    # Until the response head of every request. A non-streamed answer's head comes after the whole
+    # generation, so this must exceed the longest non-streamed generation served; a hung upstream
+    # fails over to the next candidate after it rather than at the request deadline.
+    response_headers_s: float = Field(300.0, gt=0)
     # Longest silence allowed between two chunks of a stream.
     between_chunks_s: float = Field(60.0, gt=0)
-    # Added to first_byte_s per thousand (estimated) prompt tokens: long prompts are slow to start.
+    # Added to first_byte_s and response_headers_s per thousand (estimated) prompt tokens: long
+    # prompts are slow to start.
     first_byte_per_1k_tokens_s: float = Field(0.25, ge=0)
 
 
@@ -69,6 +73,12 @@ class HealthConfig(_Strict):
     # Seconds between active probes of each replica; 0 turns them off. Unset: 5 for a pool of
     # replicas, off for a single endpoint (its circuit's trial request does the probing).
     probe_interval_s: float | None = Field(None, ge=0)
+    probe_timeout_s: float = Field(5.0, gt=0)  # a probe unanswered for this long has failed...
+    probe_failures: int = Field(3, ge=1)  # ...and this many consecutive failed probes open the circuit
+    # A replica with requests in flight, or that answered one this recently, is busy, not down:
+    # servers that serve one request at a time leave their health route waiting meanwhile, so
+    # only a refused connection then counts against it (its requests have their own timeouts).
+    busy_grace_s: float = Field(30.0, ge=0)
 
 
 class _UpstreamBase(_Strict):

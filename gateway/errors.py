@@ -14,7 +14,7 @@
     ├── RateLimitExceeded     429     a requests or tokens per minute limit (with Retry-After)
     ├── StateStoreUnavailable 503     budgets and limits cannot be checked (fail closed)
     ├── UpstreamError         502     the upstream answered with something unusable
-    │   ├── UpstreamRejected  4xx     the upstream refused the request itself (not retryable)
+    │   ├── UpstreamRejected  4xx     an upstream refused the request (its 400/413/422; type upstream_error)
     │   ├── UpstreamUnavailable 503   connection refused, overloaded, out of capacity
     │   └── UpstreamTimeout   504     no answer within the time allowed
     ├── AuditWriteFailed      503     a mandatory decision log could not be written
@@ -144,13 +144,13 @@ class UnsupportedMediaType(GatewayError):
 
 
 class UpstreamError(GatewayError):
-    """The upstream failed. `retryable` says whether another attempt may succeed."""
+    """The upstream failed. `retryable` says whether another attempt on the same upstream may
+    succeed; whatever it says, the next candidate may still be tried."""
 
     status = 502
     type = "api_error"
     code = "upstream_error"
     retryable = False  # the same upstream may succeed if asked again
-    client_fault = False  # the request itself is at fault: no other upstream would take it
 
     def __init__(
         self,
@@ -174,12 +174,17 @@ class UpstreamError(GatewayError):
 
 
 class UpstreamRejected(UpstreamError):
-    """The upstream refused this request as such (bad parameters, plan, quota): not retryable."""
+    """An upstream refused the request the gateway accepted (its 400, 413 or 422).
+
+    The client may be at fault, or only that server (a parameter, header or size another
+    server takes): its own type and code tell the two apart from the gateway's own
+    invalid_request_error. Not retried on the same upstream, whose replicas run alike; the
+    next candidate, if any, is tried. The status stays a 4xx: the request as sent was refused.
+    """
 
     status = 400
-    type = "invalid_request_error"
+    type = "upstream_error"
     code = "upstream_rejected"
-    client_fault = True
 
 
 class UpstreamUnavailable(UpstreamError):

@@ -67,6 +67,14 @@ class Usage:
     cached_tokens: int = 0  # subset of prompt_tokens served from a prefix cache
     reasoning_tokens: int = 0  # subset of completion_tokens
     reported: bool = False  # True once an upstream reported usage
+    counted: bool = False  # True when the upstream reported none and the gateway counted it itself
+
+    @property
+    def source(self) -> str | None:
+        """Where the counts come from: "reported" (the upstream), "counted" (the gateway), or None."""
+        if self.reported:
+            return "reported"
+        return "counted" if self.counted else None
 
     @classmethod
     def from_openai(cls, usage: Mapping[str, Any]) -> Usage:
@@ -121,6 +129,7 @@ class Exchange:
     candidates: list[Candidate] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    produced_chars: int = 0  # generated text relayed (content, reasoning, tool-call arguments)
     response_model: str | None = None
     finish_reasons: list[str] = field(default_factory=list)
     status: int = 0

@@ -65,7 +65,7 @@ class Services:
     pipeline: Pipeline
     authenticate: Callable[[str | None], Principal]
     models_for: Callable[[Principal], list[str]]
-    upstream_health: Callable[[], Awaitable[dict[str, bool]]]
+    upstream_health: Callable[[], Awaitable[dict[str, Any]]]  # /readyz's upstream section
     max_body_bytes: int
     request_timeout_s: float
     close: Callable[[], Awaitable[None]]
@@ -161,8 +161,7 @@ class GatewayASGI:
         if self._draining:
             await _send_json(send, 503, b'{"status":"draining"}', request_id)
             return
-        health = await services.upstream_health()
-        body = {"status": "ready", "upstreams": {name: "up" if ok else "down" for name, ok in health.items()}}
+        body = {"status": "ready", **await services.upstream_health()}
         await _send_json(send, 200, orjson.dumps(body), request_id)
 
     async def _model_call(

@@ -56,6 +56,7 @@ WORKFLOW = "tollgate.workflow"
 PROMPT_FAMILY = "tollgate.prompt_family"
 UPSTREAM = "tollgate.upstream"
 REPLICA = "tollgate.replica"
+USAGE_SOURCE = "tollgate.usage.source"  # reported (by the upstream) | counted (by the gateway)
 ATTEMPT = "tollgate.attempt"  # 0 for the first attempt of a request
 ATTEMPT_KIND = "tollgate.attempt.kind"  # first | retry (same upstream) | fallback (another)
 DECISION_ID = "tollgate.decision.id"

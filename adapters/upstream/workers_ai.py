@@ -21,7 +21,7 @@ from adapters.upstream.sse import SseChunkStream, open_event_stream
 from gateway.config import WorkersAIUpstream as WorkersAIConfig
 from gateway.errors import UpstreamError, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from gateway.exchange import Endpoint
-from gateway.ports import Chunk, ChunkStream, UpstreamRequest, UpstreamResponse
+from gateway.ports import Chunk, ChunkStream, Health, UpstreamRequest, UpstreamResponse
 
 _OPENAI_PATHS = {Endpoint.CHAT: "/ai/v1/chat/completions", Endpoint.EMBEDDINGS: "/ai/v1/embeddings"}
 
@@ -130,7 +130,11 @@ class WorkersAIUpstream:
     async def complete(self, request: UpstreamRequest) -> UpstreamResponse:
         timeout = max(request.deadline - time.monotonic(), 0.001)
         raw = await self._client.post(
-            self._url(request), self._payload(request), self._headers(request), timeout
+            self._url(request),
+            self._payload(request),
+            self._headers(request),
+            timeout,
+            request.headers_timeout,
         )
         if raw.status != 200:
             raise self._error(raw.status, raw.body, raw.headers)
@@ -186,14 +190,20 @@ class WorkersAIUpstream:
                 return errors.from_status(self.name, status, message[:500], retry_after)
         return errors.from_status(self.name, status, errors.openai_error_message(body), retry_after)
 
-    async def check_health(self, replica: int | None = None) -> bool:
+    async def check_health(self, replica: int, timeout_s: float) -> Health:
         try:
             response = await self._client.get(
-                f"{self._account}/ai/models/search?per_page=1", {"authorization": self._auth}, seconds=2.0
+                f"{self._account}/ai/models/search?per_page=1",
+                {"authorization": self._auth},
+                seconds=timeout_s,
             )
+        except UpstreamTimeout:
+            return Health.SILENT
+        except UpstreamUnavailable:
+            return Health.UNREACHABLE
         except UpstreamError:
-            return False
-        return response.status == 200
+            return Health.DOWN
+        return Health.UP if response.status == 200 else Health.DOWN
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -19,4 +19,3 @@ class MeterTicket:
     input_tokens: int = 0  # the upper-bound estimate that was reserved
     output_tokens: int = 0  # the output bound that was reserved (max tokens times choices)
     replayed: bool = False  # answered from a stored response: nothing to settle
-    produced_chars: int = 0  # generated text seen in the response, for settling without usage

@@ -94,6 +94,7 @@ def test_a_request_is_one_trace_from_the_client_span_to_the_upstream(
     assert attributes["gen_ai.usage.input_tokens"] == usage.prompt_tokens
     assert attributes["gen_ai.usage.output_tokens"] == usage.completion_tokens
     assert "gen_ai.usage.cache_read.input_tokens" in attributes
+    assert attributes["tollgate.usage.source"] == "reported"  # not counted by the gateway
     assert "gen_ai.request.stream" not in attributes
     assert server.start_ns <= attempt.start_ns <= attempt.end_ns <= server.end_ns
 
