@@ -33,11 +33,13 @@ class ArgConstraint:
 
     Host patterns: an exact host, or "*.example.com" for any subdomain of example.com.
     Private, loopback and link-local addresses are refused whatever the patterns say.
+    A required argument that is missing is a violation; an absent optional one passes.
     """
 
     allowed_hosts: tuple[str, ...] = ()
     allowed_schemes: tuple[str, ...] = ("https",)
     allowed_path_prefixes: tuple[str, ...] = ()
+    required: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,18 +114,24 @@ def _tool_args(value: Any) -> dict[str, dict[str, ArgConstraint]]:
         per_tool: dict[str, ArgConstraint] = {}
         for path, raw_rule in _object(paths, f"tool_args.{tool}").items():
             where = f"tool_args.{tool}.{path}"
-            rule = _object(raw_rule, where)
-            per_tool[path] = ArgConstraint(
-                allowed_hosts=tuple(_strings(rule.get("allowed_hosts", []), f"{where}.allowed_hosts")),
-                allowed_schemes=tuple(
-                    _strings(rule.get("allowed_schemes", ["https"]), f"{where}.allowed_schemes")
-                ),
-                allowed_path_prefixes=tuple(
-                    _strings(rule.get("allowed_path_prefixes", []), f"{where}.allowed_path_prefixes")
-                ),
-            )
+            per_tool[path] = _arg_constraint(raw_rule, where)
         result[tool] = per_tool
     return result
+
+
+def _arg_constraint(value: Any, where: str) -> ArgConstraint:
+    rule = _object(value, where)
+    required = rule.get("required", False)
+    if not isinstance(required, bool):
+        raise MalformedDecision(f"{where}.required must be a boolean")
+    return ArgConstraint(
+        allowed_hosts=tuple(_strings(rule.get("allowed_hosts", []), f"{where}.allowed_hosts")),
+        allowed_schemes=tuple(_strings(rule.get("allowed_schemes", ["https"]), f"{where}.allowed_schemes")),
+        allowed_path_prefixes=tuple(
+            _strings(rule.get("allowed_path_prefixes", []), f"{where}.allowed_path_prefixes")
+        ),
+        required=required,
+    )
 
 
 def _redact(value: Any) -> RedactRules:

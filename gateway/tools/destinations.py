@@ -28,6 +28,8 @@ class _BadAuthority(ValueError):
 
 def check_destination(value: str, rule: ArgConstraint) -> str | None:
     """None when `value` is an allowed destination under `rule`, else why it is not."""
+    if not value:
+        return "is empty"
     if any(_unsafe_char(ch) for ch in value):
         return "contains whitespace, control characters or backslashes"
     if "://" in value:

@@ -8,7 +8,11 @@ from typing import Any
 DEMO_TOOLS = {"allowed": ["fetch_url", "get_weather", "search"], "on_violation": "strip"}
 DEMO_TOOL_ARGS = {
     "fetch_url": {
-        "url": {"allowed_hosts": ["*.wikipedia.org", "docs.python.org"], "allowed_schemes": ["https"]}
+        "url": {
+            "allowed_hosts": ["*.wikipedia.org", "docs.python.org"],
+            "allowed_schemes": ["https"],
+            "required": True,
+        }
     }
 }
 DEMO_REDACT = {"request": "mask", "response": "off", "entities": ["EMAIL", "CREDIT_CARD", "API_KEY"]}
