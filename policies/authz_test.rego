@@ -82,25 +82,26 @@ test_only_listed_tools_are_allowed if {
 	d.tools.on_violation == "strip"
 }
 
-test_unlisted_tools_are_denied_when_the_tenant_rejects if {
+# The gateway refuses offered tools not allowed (tool_not_allowed): the policy only says which are.
+test_unlisted_tools_are_left_to_the_gateway_when_the_tenant_rejects if {
 	d := authz.decision with input.tenant as "strict"
 		with input.model as "m"
 		with input.upstreams as ["local"]
 		with input.tools as ["shell", "search", "exec"]
 		with data.tenants.strict as {"models": ["m"], "tools": ["search"]}
-	d.allow == false
-	set_of(d.reasons) == {"tools not allowed for this tenant: exec, shell"}
+	d.allow == true
+	set_of(d.tools.allowed) == {"search"}
 	d.tools.on_violation == "reject"
 }
 
-test_a_named_tool_choice_must_be_allowed if {
+test_a_named_tool_choice_is_left_to_the_gateway if {
 	d := authz.decision with input.tenant as "demo"
 		with input.model as "kimi-k2.6"
 		with input.upstreams as ["local"]
 		with input.tools as ["shell"]
 		with input.tool_choice_name as "shell"
-	d.allow == false
-	set_of(d.reasons) == {"tool_choice names a tool not allowed for this tenant: shell"}
+	d.allow == true
+	not "shell" in set_of(d.tools.allowed)
 }
 
 test_a_named_allowed_tool_choice_is_fine if {
