@@ -43,6 +43,7 @@ from gateway.stages.decide import Decide
 from gateway.stages.redact import Redact
 from gateway.stages.route import Route
 from gateway.tools.context_cap import ContextCap
+from gateway.tools.image_urls import ImageDestinations
 from gateway.tools.offer import ToolOffer
 from gateway.tools.response_guard import ToolCallGuard
 from telemetry.setup import build_telemetry
@@ -122,7 +123,16 @@ def build_services(
         redaction_counters = RedactionCounters()
         redact = Redact(redaction or RedactionSettings.from_config(config), redaction_counters)
         meter = [metering.meter] if metering else []
-        stages: list[Stage] = [admit, *decide, redact, ToolOffer(), ContextCap(), *meter, route]
+        stages: list[Stage] = [
+            admit,
+            *decide,
+            redact,
+            ToolOffer(),
+            ImageDestinations(),
+            ContextCap(),
+            *meter,
+            route,
+        ]
         # Settle first, so the access log and the audit record see the settled request.
         finishers: list[Finisher] = [
             *([metering.settle] if metering else []),

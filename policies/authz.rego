@@ -20,6 +20,7 @@ decision := {
 	"reasons": reasons,
 	"tools": {"allowed": sort(allowed_tools), "on_violation": on_tool_violation},
 	"tool_args": tool_args,
+	"destinations": {"image_url": without_private_hosts(image_url_rule)},
 	"redact": object.union(object.get(defaults, "redact", {}), object.get(tenant, "redact", {})),
 	"route": {"upstreams": sort(permitted_upstreams)},
 	"limits": limits,
@@ -126,6 +127,17 @@ private_host(host) if {
 	some prefix in {"fc", "fd", "fe80:", "::ffff:"}
 	startswith(lower(trim(host, "[]")), prefix)
 }
+
+# --- where URLs the upstream fetches may point -----------------------------------------
+
+# Image URLs in messages (data: URLs always pass): the tenant's rule, else the one in
+# defaults, else any public host over https. Private hosts are dropped, as for tools.
+default_image_url_rule := object.get(
+	object.get(defaults, "destinations", {}), "image_url",
+	{"allowed_hosts": ["*"], "allowed_schemes": ["https"]},
+)
+
+image_url_rule := object.get(object.get(tenant, "destinations", {}), "image_url", default_image_url_rule)
 
 # --- which upstreams may receive the data --------------------------------------------
 

@@ -224,3 +224,20 @@ test_tenant_limits_override_the_defaults if {
 		with data.tenants.t as {"models": ["m"], "limits": {"max_tokens": 256}}
 	d.limits == {"max_tokens": 256, "tool_output_max_chars": 16000}
 }
+
+test_image_urls_may_point_at_any_public_https_host_by_default if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+	d.destinations.image_url.allowed_hosts == ["*"]
+	d.destinations.image_url.allowed_schemes == ["https"]
+}
+
+test_a_tenant_narrows_image_hosts_without_private_ones if {
+	hosts := ["cdn.example.com", "10.0.0.8", "localhost"]
+	d := authz.decision with input.tenant as "t"
+		with input.model as "m"
+		with input.upstreams as ["local"]
+		with data.tenants.t as {"models": ["m"], "destinations": {"image_url": {"allowed_hosts": hosts}}}
+	d.destinations.image_url.allowed_hosts == ["cdn.example.com"]
+}

@@ -5,6 +5,7 @@ A policy answers with one JSON object (see docs/policies.md), for example:
     {"allow": true, "reasons": [],
      "tools": {"allowed": ["search", "fetch_url"], "on_violation": "strip"},
      "tool_args": {"fetch_url": {"url": {"allowed_hosts": ["*.example.com"]}}},
+     "destinations": {"image_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]}},
      "redact": {"request": "tokenize", "response": "mask", "entities": ["EMAIL", "API_KEY"]},
      "route": {"upstreams": ["self-hosted"], "model_class": "frontier"},
      "limits": {"max_tokens": 4096, "tool_output_max_chars": 16000}}
@@ -43,6 +44,16 @@ class ArgConstraint:
 
 
 @dataclass(frozen=True, slots=True)
+class Destinations:
+    """Where URLs in the request that the upstream fetches may point (data: URLs always may).
+
+    Without the policy's word, any public host over https.
+    """
+
+    image_url: ArgConstraint = ArgConstraint(allowed_hosts=("*",))
+
+
+@dataclass(frozen=True, slots=True)
 class ToolRules:
     allowed: frozenset[str] = frozenset()
     on_violation: ToolViolation = "reject"
@@ -73,6 +84,7 @@ class Decision:
     reasons: tuple[str, ...] = ()
     tools: ToolRules = ToolRules()
     tool_args: Mapping[str, Mapping[str, ArgConstraint]] = field(default_factory=dict)
+    destinations: Destinations = Destinations()
     redact: RedactRules = RedactRules()
     route: RouteRules = RouteRules()
     limits: Limits = Limits()
@@ -94,6 +106,7 @@ def parse_decision(value: Any) -> Decision:
         reasons=tuple(_strings(value.get("reasons", []), "reasons")),
         tools=_tools(value.get("tools", {})),
         tool_args=_tool_args(value.get("tool_args", {})),
+        destinations=_destinations(value.get("destinations", {})),
         redact=_redact(value.get("redact", {})),
         route=_route(value.get("route", {})),
         limits=_limits(value.get("limits", {})),
@@ -132,6 +145,14 @@ def _arg_constraint(value: Any, where: str) -> ArgConstraint:
         ),
         required=required,
     )
+
+
+def _destinations(value: Any) -> Destinations:
+    value = _object(value, "destinations")
+    image_url = value.get("image_url")
+    if image_url is None:
+        return Destinations()
+    return Destinations(image_url=_arg_constraint(image_url, "destinations.image_url"))
 
 
 def _redact(value: Any) -> RedactRules:

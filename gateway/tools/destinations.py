@@ -30,7 +30,7 @@ def check_destination(value: str, rule: ArgConstraint) -> str | None:
     """None when `value` is an allowed destination under `rule`, else why it is not."""
     if not value:
         return "is empty"
-    if any(_unsafe_char(ch) for ch in value):
+    if has_unsafe_chars(value):
         return "contains whitespace, control characters or backslashes"
     if "://" in value:
         return check_url(value, rule)
@@ -94,6 +94,10 @@ def _host_and_port(netloc: str) -> str:
     if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) <= _MAX_PORT):
         raise _BadAuthority("has an invalid port (a number from 1 to 65535, or none)")
     return host
+
+
+def has_unsafe_chars(value: str) -> bool:
+    return any(_unsafe_char(ch) for ch in value)
 
 
 def _unsafe_char(ch: str) -> bool:

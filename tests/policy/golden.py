@@ -18,6 +18,7 @@ DEMO_TOOL_ARGS = {
 DEMO_REDACT = {"request": "mask", "response": "off", "entities": ["EMAIL", "CREDIT_CARD", "API_KEY"]}
 LIMITS = {"max_tokens": 4096, "tool_output_max_chars": 16000}
 NO_REDACT = {"request": "off", "response": "off", "entities": []}
+DESTINATIONS = {"image_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]}}
 
 
 def input_doc(**overrides: Any) -> dict[str, Any]:
@@ -52,6 +53,7 @@ def allowed(**overrides: Any) -> dict[str, Any]:
         "reasons": [],
         "tools": DEMO_TOOLS,
         "tool_args": DEMO_TOOL_ARGS,
+        "destinations": DESTINATIONS,
         "redact": DEMO_REDACT,
         "route": {"upstreams": ["local"]},
         "limits": LIMITS,
@@ -80,6 +82,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "reasons": ["tenant mallory is not known to the policy"],
             "tools": {"allowed": [], "on_violation": "reject"},
             "tool_args": {},
+            "destinations": DESTINATIONS,
             "redact": NO_REDACT,
             "route": {"upstreams": ["local"]},
             "limits": LIMITS,
