@@ -12,6 +12,7 @@ marks) or a backslash is refused: URL parsers disagree about them.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from urllib.parse import SplitResult, urlsplit
 
@@ -20,6 +21,7 @@ from gateway.tools.hosts import check_host, shown
 from gateway.tools.url_paths import check_path
 
 _MAX_PORT = 65535
+_UNSAFE_ASCII = re.compile(r"[\x00-\x20\\\x7f]")
 
 
 class _BadAuthority(ValueError):
@@ -97,11 +99,9 @@ def _host_and_port(netloc: str) -> str:
 
 
 def has_unsafe_chars(value: str) -> bool:
-    return any(_unsafe_char(ch) for ch in value)
-
-
-def _unsafe_char(ch: str) -> bool:
-    if ch.isascii():
-        return ch <= " " or ch in "\\\x7f"
+    if _UNSAFE_ASCII.search(value):
+        return True
     # Non-ASCII: control, format (zero-width, bidi), private-use, unassigned and separators.
-    return unicodedata.category(ch)[0] in "CZ"
+    return not value.isascii() and any(
+        unicodedata.category(ch)[0] in "CZ" for ch in value if not ch.isascii()
+    )
