@@ -4,9 +4,9 @@ Per choice, each tool call (by its upstream `index`) is in one of these states:
 
     passing   allowed, no argument constraints: its deltas flow on as they arrive
     held      its arguments must be checked (or its name has not arrived, or may still
-              grow into another allowed name): deltas are
-              buffered until the call is complete, i.e. the next call starts, the choice
-              finishes or the stream ends; then it is released as one delta, or blocked
+              grow into another allowed name): deltas are buffered until the call is
+              complete, i.e. the next call starts, the choice finishes or the stream
+              ends; then it is released as one delta, or blocked
     released  checked and sent
     blocked   dropped; the client gets a content delta explaining why
 
