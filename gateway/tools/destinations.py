@@ -48,11 +48,11 @@ def check_url(value: str, rule: ArgConstraint) -> str | None:
     try:
         parts = urlsplit(value)
     except ValueError:
-        return f"{shown(value)} is not a valid URL"
+        return "is not a valid URL"
     scheme = parts.scheme.lower()
     if scheme not in {s.lower() for s in rule.allowed_schemes}:
         return f"scheme {scheme!r} is not allowed"
-    reason = _check_authority(parts, rule.allowed_hosts, value)
+    reason = _check_authority(parts, rule.allowed_hosts)
     if reason is not None:
         return reason
     return check_path(parts.path or "/", rule.allowed_path_prefixes) if rule.allowed_path_prefixes else None
@@ -62,19 +62,19 @@ def _check_bare_host(value: str, rule: ArgConstraint) -> str | None:
     try:
         parts = urlsplit("//" + value)
     except ValueError:
-        return f"{shown(value)} is not a valid host"
+        return "is not a valid host (host or host:port)"
     if parts.path or parts.query or parts.fragment or "?" in value or "#" in value:
-        return f"{shown(value)} is not a valid host"
-    return _check_authority(parts, rule.allowed_hosts, value)
+        return "is not a valid host (host or host:port)"
+    return _check_authority(parts, rule.allowed_hosts)
 
 
-def _check_authority(parts: SplitResult, patterns: tuple[str, ...], value: str) -> str | None:
+def _check_authority(parts: SplitResult, patterns: tuple[str, ...]) -> str | None:
     if "@" in parts.netloc:
         return "destinations with credentials (user@host) are not allowed"
     try:
         host = _host_and_port(parts.netloc)
     except _BadAuthority as exc:
-        return f"{shown(value)} {exc}"
+        return f"{shown(parts.netloc)} {exc}"
     if not host:
         return "has no host"
     return check_host(host, patterns)
@@ -90,6 +90,8 @@ def _host_and_port(netloc: str) -> str:
         if rest and not rest.startswith(":"):
             raise _BadAuthority("has text after its IPv6 address")
         port = rest[1:] if rest else None
+    elif netloc.count(":") > 1:
+        raise _BadAuthority("is an IPv6 address without brackets, or has an invalid port")
     else:
         host, colon, port_text = netloc.partition(":")
         port = port_text if colon else None

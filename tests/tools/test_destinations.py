@@ -315,3 +315,31 @@ def test_file_paths_are_normalised_and_checked_the_same_way() -> None:
     assert check_destination("/srv/data/%252e%252e/secrets", rule) is not None
     assert check_destination("/srv/data/..;/secrets", rule) is not None
     assert check_destination("/srv/./secrets", rule) is not None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "https://docs.example.com:0/reset?token=s3cr3t",
+        "https://docs.example.com:99999/?token=s3cr3t",
+        "https://[::1/?token=s3cr3t",
+        "https://evil.com/?token=s3cr3t",
+        "https://docs.example.com@evil.com/?token=s3cr3t",
+        "docs.example.com/?token=s3cr3t",
+        "docs.example.com:0?token=s3cr3t",
+        "2606:4700::1?token=s3cr3t",
+    ],
+)
+def test_reasons_never_quote_a_query(value: str) -> None:
+    """Reasons go to the logs and to the client's transcript: they name the host, never the query."""
+    result = check_destination(value, HOSTS)
+    assert result is not None
+    assert "s3cr3t" not in result
+
+
+def test_an_ipv6_host_must_be_bracketed() -> None:
+    any_public = ArgConstraint(allowed_hosts=("*",))
+    assert check_destination("[2606:4700::1]:443", any_public) is None
+    result = check_destination("2606:4700::1", any_public)
+    assert result is not None
+    assert "without brackets" in result
