@@ -95,7 +95,9 @@ def _host_and_port(netloc: str) -> str:
     else:
         host, colon, port_text = netloc.partition(":")
         port = port_text if colon else None
-    if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) <= _MAX_PORT):
+    if port is not None and not (
+        port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) <= _MAX_PORT
+    ):
         raise _BadAuthority("has an invalid port (a number from 1 to 65535, or none)")
     return host
 

@@ -28,6 +28,7 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _SHOWN = 80  # characters of an offending value quoted back in a reason
+_MAX_IPV4_DIGITS = 32  # more than 2**32 needs in any base
 
 
 class InvalidHost(ValueError):
@@ -117,6 +118,8 @@ def _ipv4_number(label: str) -> int | None:
         return 0 if base != 10 else None
     if not all(ch in "0123456789abcdef"[:base] for ch in digits.lower()):
         return None
+    if len(digits.lstrip("0")) > _MAX_IPV4_DIGITS:
+        return 1 << 32  # a number, too large for any address (and for int() to parse quickly)
     return int(digits, base)
 
 

@@ -343,3 +343,16 @@ def test_an_ipv6_host_must_be_bracketed() -> None:
     result = check_destination("2606:4700::1", any_public)
     assert result is not None
     assert "without brackets" in result
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://" + "1" * 5000 + "/",
+        "https://docs.example.com:" + "4" * 5000 + "/",
+        "https://0x" + "f" * 5000,
+    ],
+)
+def test_huge_numbers_in_hosts_and_ports_are_refused_not_parsed(url: str) -> None:
+    result = check_destination(url, ArgConstraint(allowed_hosts=("*",)))
+    assert result is not None
