@@ -48,6 +48,7 @@ from gateway.stages.decide import Decide
 from gateway.stages.redact import Redact
 from gateway.stages.route import Route
 from gateway.tools.context_cap import ContextCap
+from gateway.tools.image_urls import ImageDestinations
 from gateway.tools.offer import ToolOffer
 from gateway.tools.response_guard import ToolCallGuard
 from telemetry.setup import build_telemetry
@@ -136,7 +137,16 @@ def build_services(
             )
         )
         meter: list[Stage] = [metering.meter] if metering else [keys_only] if keys_only else []
-        stages: list[Stage] = [admit, *decide, redact, ToolOffer(), ContextCap(), *meter, route]
+        stages: list[Stage] = [
+            admit,
+            *decide,
+            redact,
+            ToolOffer(),
+            ImageDestinations(),
+            ContextCap(),
+            *meter,
+            route,
+        ]
         # The gateway's count of usage the upstream did not report first, then settle, so the
         # access log and the audit record see the settled request.
         finishers: list[Finisher] = [

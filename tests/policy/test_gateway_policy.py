@@ -93,8 +93,9 @@ def test_an_unknown_model_is_still_a_404(http: httpx.Client) -> None:
 def test_a_tool_not_listed_is_refused_for_a_rejecting_tenant(http: httpx.Client) -> None:
     tools = [{"type": "function", "function": {"name": n, "parameters": {}}} for n in ("search", "shell")]
     error = openai_error(http.post("/v1/chat/completions", json=chat_body(tools=tools)), 403)
-    assert error["code"] == "policy_denied"
-    assert "tools not allowed for this tenant: shell" in error["message"]
+    assert error["code"] == "tool_not_allowed"
+    assert error["message"] == "Tools not allowed by policy: 'shell'."
+    assert error["param"] == "tools"
 
 
 def test_a_data_class_keeps_the_request_on_its_permitted_upstreams(

@@ -16,7 +16,7 @@ from tests.servers import TEST_KEY, UPSTREAM_KEY, RunningGateway, running_gatewa
 from tests.telemetry.conftest import telemetry_block, traced_config
 from tests.telemetry.receiver import OtlpReceiver, ReceivedSpan, otlp_grpc_receiver
 
-STAGES_WITHOUT_POLICY = ["admit", "redact", "tool_offer", "context_cap", "route"]
+STAGES_WITHOUT_POLICY = ["admit", "redact", "tool_offer", "image_destinations", "context_cap", "route"]
 
 
 def _traceparent(sampled: bool = True) -> tuple[str, str, str]:
