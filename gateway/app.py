@@ -130,9 +130,10 @@ def build_services(
             *([AuditCompletion(audit)] if audit else []),
         ]
         # Redaction before the tool-call guard: restored arguments are what get checked.
+        redaction_guard = RedactionGuard(redaction_counters)
         guards: list[ResponseGuard] = [
             *([metering.produced] if metering else []),
-            RedactionGuard(redaction_counters),
+            redaction_guard,
             ToolCallGuard(),
             UsageGuard(),
         ]
@@ -146,7 +147,7 @@ def build_services(
             metrics_dir=metrics_dir_from_env(),
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
-        pipeline = Pipeline(stages, forwarder, guards, finishers)
+        pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
 
         async def upstream_health() -> dict[str, bool]:
             names = list(upstreams)

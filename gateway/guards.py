@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from gateway.errors import GatewayError
 from gateway.exchange import Exchange, Usage
 from gateway.ports import Chunk
 
@@ -19,6 +20,13 @@ class ResponseGuard(Protocol):
     def on_chunk(self, exchange: Exchange, chunk: Chunk) -> list[Chunk]: ...
 
     def on_end(self, exchange: Exchange) -> list[Chunk]: ...
+
+
+class ErrorGuard(Protocol):
+    """Sees the text of an upstream's error before the client does (an upstream's message may
+    quote the request); may rewrite `error.message` in place, or raise a GatewayError instead."""
+
+    def on_error(self, exchange: Exchange, error: GatewayError) -> None: ...
 
 
 class UsageGuard:

@@ -6,6 +6,9 @@ arguments, so each holds back only what a match in progress needs; everything el
 goes out in the chunk it arrived in. Held text joins a later chunk of the same choice
 (at the latest the one carrying its finish_reason), or a closing chunk at the end.
 
+Everything an upstream sends that reaches the client goes through it, error texts included
+(`on_error`: an upstream's 400 may quote the request).
+
 Modes (`Decision.redact.response`, else config): placeholders issued for the request
 are restored unless the response is `mask` or `block`; `mask` replaces each entity in
 the model's output with its marker; `block` cuts the choice where the first entity
@@ -19,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import RedactionFailed
+from gateway.errors import GatewayError, RedactionFailed
 from gateway.exchange import Exchange
 from gateway.ports import Chunk
 from gateway.redaction.scrub import marker
@@ -68,6 +71,16 @@ class RedactionGuard:
         except Exception as exc:
             self._failed(exchange, state, exc)
             return self._abandoned(state)
+
+    def on_error(self, exchange: Exchange, error: GatewayError) -> None:
+        """An upstream's error text (which may quote the request) gets what content gets."""
+        state = exchange.redaction
+        if state is None or not state.guards_response or not error.message:
+            return
+        try:
+            error.message, _ = self._whole(state, error.message, in_json=False)
+        except Exception as exc:
+            self._failed(exchange, state, exc)
 
     # non-streamed
 
