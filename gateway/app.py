@@ -36,6 +36,7 @@ from gateway.ports import AuditSink, PolicyEngine
 from gateway.redaction.guard import RedactionGuard
 from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
+from gateway.request_ids import UpstreamIds
 from gateway.routing.probes import HealthProber
 from gateway.routing.upstream_route import build_routes, probe_targets
 from gateway.stages.admit import Admit
@@ -178,6 +179,7 @@ def build_services(
             admin_spend=metering.admin.spend if metering and metering.admin else None,
             tracer=telemetry.tracer,
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
+            upstream_ids=UpstreamIds(key.encode() if (key := config.server.request_id_key) else None),
         )
 
     return build
