@@ -10,7 +10,8 @@ Everything an upstream sends that reaches the client goes through it, error text
 (`on_error`: an upstream's 400 may quote the request).
 
 Modes (`Decision.redact.response`, else config): placeholders issued for the request
-are restored unless the response is `mask` or `block`; `mask` replaces each entity in
+are restored unless the response is `mask` or `block`; with `tokenize`, any other entity in
+the answer (one the model wrote itself) is masked; `mask` replaces each entity in
 the model's output with its marker; `block` cuts the choice where the first entity
 begins and ends it with finish_reason "content_filter".
 """
@@ -27,7 +28,7 @@ from gateway.exchange import Exchange
 from gateway.ports import Chunk
 from gateway.redaction.scrub import marker
 from gateway.redaction.state import RedactionCounters, RedactionState, StreamState
-from gateway.redaction.tokens import PlaceholderFinder
+from gateway.redaction.tokens import PlaceholderFinder, RestoreOrMask
 from gateway.redaction.window import Finder, Replacement, SlidingWindow, redact_whole
 
 logger = logging.getLogger("tollgate.redaction")
@@ -243,10 +244,13 @@ class RedactionGuard:
 
     @staticmethod
     def _tools(state: RedactionState, in_json: bool) -> tuple[Finder, Replacement]:
-        if state.restores and state.vault is not None:
-            vault = state.vault
-            return PlaceholderFinder(vault), vault.restore_in_json if in_json else vault.restore
-        return state.detector, marker
+        vault = state.vault if state.restores else None
+        if vault is None:
+            return state.detector, marker  # mask, block, and tokenize with nothing issued
+        if state.response == "tokenize":  # the model's own values are masked, issued ones restored
+            finder = RestoreOrMask(vault, state.detector)
+            return finder, finder.replacement(in_json)
+        return PlaceholderFinder(vault), vault.restore_in_json if in_json else vault.restore
 
     def _failed(self, exchange: Exchange, state: RedactionState, exc: Exception) -> None:
         self._counters.failures += 1

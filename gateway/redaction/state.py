@@ -64,4 +64,4 @@ class RedactionState:
 
     @property
     def guards_response(self) -> bool:
-        return not self.disabled and (self.restores or self.rules.response in ("mask", "block"))
+        return not self.disabled and (self.restores or self.rules.response in ("mask", "block", "tokenize"))

@@ -7,19 +7,30 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
+from gateway.exchange import Endpoint, Exchange
 from gateway.keys import hash_key
+from gateway.policy.decision import RedactRules
+from gateway.ports import Chunk
+from gateway.redaction.detector import Catalog
+from gateway.redaction.entities import BUILTIN
+from gateway.redaction.guard import RedactionGuard
+from gateway.redaction.state import RedactionCounters, RedactionState
+from gateway.redaction.tokens import Vault
 from simulator import RunningSimulator
 from tests.harness import openai_error, openai_upstream
 from tests.servers import RunningGateway, gateway_config, running_gateway
 
 EMAIL, CARD = "jane.doe@example.com", "4111 1111 1111 1111"
+OTHER_EMAIL, PHONE = "bob.smith@example.org", "+1 (415) 555-2671"
 
 TENANTS: dict[str, dict[str, Any]] = {
     "outmask": {"response": "mask"},
     "outblock": {"response": "block"},
     "tokenize": {"request": "tokenize", "response": "tokenize"},
+    "outtokenize": {"response": "tokenize"},
     "off": {},
 }
 
@@ -85,3 +96,91 @@ def test_an_upstream_error_with_nothing_to_hide_and_a_tenant_without_redaction_p
     assert clean["message"] == "Upstream 'local' rejected the request: invalid content: 'too many tokens'"
     off = openai_error(post(relayed_gateway, "off", rejected(f"mail {EMAIL}")), 400)
     assert EMAIL in off["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_upstream_error_quoting_a_placeholder_gives_the_client_its_own_value_back(
+    relayed_gateway: RunningGateway, upstream: RunningSimulator, stream: bool
+) -> None:
+    # The fault's text is part of the request, so the upstream quotes the placeholder it got.
+    error = openai_error(post(relayed_gateway, "tokenize", rejected(f"mail {EMAIL}", stream)), 400)
+    assert error["message"].endswith(f"invalid content: 'mail {EMAIL}'")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tokenize_masks_what_the_model_wrote_on_its_own(
+    relayed_gateway: RunningGateway, upstream: RunningSimulator, stream: bool
+) -> None:
+    reply = f"Write to {OTHER_EMAIL} or call {PHONE}."
+    body = {
+        "model": "chat",
+        "messages": [{"role": "user", "content": "who?"}],
+        "stream": stream,
+        "x_sim": {"reply": reply, "chunk_chars": 3},
+    }
+    response = post(relayed_gateway, "outtokenize", body)
+    assert response.status_code == 200, response.text
+    if stream:
+        content = ""
+        for line in response.text.splitlines():
+            if line.startswith("data: {"):
+                for choice in orjson.loads(line[6:])["choices"]:
+                    content += choice["delta"].get("content") or ""
+    else:
+        content = response.json()["choices"][0]["message"]["content"]
+    assert content == "Write to [EMAIL] or call [PHONE]."
+
+
+ANSWER = f"Sent to <EMAIL_1>, cc {OTHER_EMAIL}; card {CARD}; kept <EMAIL_7>."
+RESTORED = f"Sent to {EMAIL}, cc [EMAIL]; card [CREDIT_CARD]; kept <EMAIL_7>."
+
+
+def tokenized_exchange() -> Exchange:
+    exchange = Exchange("req-guard", Endpoint.CHAT, 0.0, 60.0, {}, b"")
+    state = RedactionState(RedactRules("tokenize", "tokenize"), Catalog(BUILTIN).detector(), False)
+    state.vault = Vault()
+    assert state.vault.placeholder("EMAIL", EMAIL) == "<EMAIL_1>"
+    exchange.redaction = state
+    return exchange
+
+
+def test_a_tokenize_answer_restores_what_was_issued_and_masks_the_rest() -> None:
+    exchange = tokenized_exchange()
+    arguments = orjson.dumps({"to": "<EMAIL_1>", "cc": OTHER_EMAIL}).decode()
+    body = {
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": ANSWER,
+                    "tool_calls": [
+                        {"id": "c", "type": "function", "function": {"name": "f", "arguments": arguments}}
+                    ],
+                },
+                "finish_reason": "stop",
+            }
+        ]
+    }
+    RedactionGuard(RedactionCounters()).on_response(exchange, body)
+    message = body["choices"][0]["message"]
+    assert message["content"] == RESTORED
+    assert orjson.loads(message["tool_calls"][0]["function"]["arguments"]) == {"to": EMAIL, "cc": "[EMAIL]"}
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8, 13, 64])
+def test_a_streamed_tokenize_answer_restores_and_masks_at_any_split(size: int) -> None:
+    exchange = tokenized_exchange()
+    guard = RedactionGuard(RedactionCounters())
+    pieces = [ANSWER[i : i + size] for i in range(0, len(ANSWER), size)]
+    out: list[Chunk] = []
+    for n, piece in enumerate(pieces):
+        last = n == len(pieces) - 1
+        data = {
+            "id": "x",
+            "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": "stop" if last else None}],
+        }
+        out.extend(guard.on_chunk(exchange, Chunk(orjson.dumps(data), data)))
+    out.extend(guard.on_end(exchange))
+    content = "".join(c.data["choices"][0]["delta"].get("content") or "" for c in out)
+    assert content == RESTORED
