@@ -36,7 +36,7 @@ class RedactionCounters:
 class StreamState:
     """The response guard's windows for one streamed answer."""
 
-    windows: dict[tuple[int, int], SlidingWindow] = field(default_factory=dict)  # (choice, -1 | tool)
+    windows: dict[tuple[int, int | str], SlidingWindow] = field(default_factory=dict)  # (choice, text | tool)
     stopped: set[int] = field(default_factory=set)  # choices cut by `block`
     envelope: dict[str, Any] = field(default_factory=dict)  # id, created, model: for a closing chunk
 

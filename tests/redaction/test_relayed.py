@@ -12,7 +12,7 @@ import pytest
 
 from gateway.exchange import Endpoint, Exchange
 from gateway.keys import hash_key
-from gateway.policy.decision import RedactRules
+from gateway.policy.decision import RedactMode, RedactRules
 from gateway.ports import Chunk
 from gateway.redaction.detector import Catalog
 from gateway.redaction.entities import BUILTIN
@@ -135,13 +135,40 @@ ANSWER = f"Sent to <EMAIL_1>, cc {OTHER_EMAIL}; card {CARD}; kept <EMAIL_7>."
 RESTORED = f"Sent to {EMAIL}, cc [EMAIL]; card [CREDIT_CARD]; kept <EMAIL_7>."
 
 
-def tokenized_exchange() -> Exchange:
+def guarded_exchange(request: RedactMode, response: RedactMode) -> Exchange:
     exchange = Exchange("req-guard", Endpoint.CHAT, 0.0, 60.0, {}, b"")
-    state = RedactionState(RedactRules("tokenize", "tokenize"), Catalog(BUILTIN).detector(), False)
-    state.vault = Vault()
-    assert state.vault.placeholder("EMAIL", EMAIL) == "<EMAIL_1>"
-    exchange.redaction = state
+    exchange.redaction = RedactionState(RedactRules(request, response), Catalog(BUILTIN).detector(), False)
     return exchange
+
+
+def tokenized_exchange() -> Exchange:
+    exchange = guarded_exchange("tokenize", "tokenize")
+    assert exchange.redaction is not None
+    exchange.redaction.vault = vault = Vault()
+    assert vault.placeholder("EMAIL", EMAIL) == "<EMAIL_1>"
+    return exchange
+
+
+def streamed(exchange: Exchange, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The choices the client gets for `deltas` (one choice each, the last one finishing)."""
+    guard = RedactionGuard(RedactionCounters())
+    out: list[Chunk] = []
+    for n, delta in enumerate(deltas):
+        finish = "stop" if n == len(deltas) - 1 else None
+        choice = {
+            "index": 0,
+            "delta": delta,
+            "finish_reason": finish,
+            "logprobs": {"content": [{"token": "x"}]},
+        }
+        data = {"id": "x", "choices": [choice]}
+        out.extend(guard.on_chunk(exchange, Chunk(orjson.dumps(data), data)))
+    out.extend(guard.on_end(exchange))
+    return [choice for chunk in out for choice in orjson.loads(chunk.encoded())["choices"]]
+
+
+def joined(choices: list[dict[str, Any]], field: str) -> str:
+    return "".join(choice["delta"].get(field) or "" for choice in choices)
 
 
 def test_a_tokenize_answer_restores_what_was_issued_and_masks_the_rest() -> None:
@@ -170,17 +197,60 @@ def test_a_tokenize_answer_restores_what_was_issued_and_masks_the_rest() -> None
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 8, 13, 64])
 def test_a_streamed_tokenize_answer_restores_and_masks_at_any_split(size: int) -> None:
-    exchange = tokenized_exchange()
-    guard = RedactionGuard(RedactionCounters())
     pieces = [ANSWER[i : i + size] for i in range(0, len(ANSWER), size)]
-    out: list[Chunk] = []
-    for n, piece in enumerate(pieces):
-        last = n == len(pieces) - 1
-        data = {
-            "id": "x",
-            "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": "stop" if last else None}],
-        }
-        out.extend(guard.on_chunk(exchange, Chunk(orjson.dumps(data), data)))
-    out.extend(guard.on_end(exchange))
-    content = "".join(c.data["choices"][0]["delta"].get("content") or "" for c in out)
-    assert content == RESTORED
+    assert joined(streamed(tokenized_exchange(), [{"content": p} for p in pieces]), "content") == RESTORED
+
+
+REASONING = f"The user is {EMAIL}; their card {CARD} is on file."
+LOGPROBS = {"content": [{"token": "jane", "logprob": -0.1, "bytes": [106], "top_logprobs": []}]}
+
+
+def test_mask_covers_reasoning_and_refusal_and_hides_log_probabilities() -> None:
+    exchange = guarded_exchange("off", "mask")
+    message = {
+        "role": "assistant",
+        "reasoning_content": REASONING,
+        "content": f"Mail {EMAIL}.",
+        "refusal": EMAIL,
+    }
+    body = {"choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": LOGPROBS}]}
+    RedactionGuard(RedactionCounters()).on_response(exchange, body)
+    assert message == {
+        "role": "assistant",
+        "reasoning_content": "The user is [EMAIL]; their card [CREDIT_CARD] is on file.",
+        "content": "Mail [EMAIL].",
+        "refusal": "[EMAIL]",
+    }
+    assert body["choices"][0]["logprobs"] is None  # tokens would spell the values out
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 64])
+def test_a_streamed_reasoning_is_masked_at_any_split(size: int) -> None:
+    pieces = [REASONING[i : i + size] for i in range(0, len(REASONING), size)]
+    choices = streamed(
+        guarded_exchange("off", "mask"), [{"reasoning_content": p} for p in pieces] + [{"content": EMAIL}]
+    )
+    assert joined(choices, "reasoning_content") == "The user is [EMAIL]; their card [CREDIT_CARD] is on file."
+    assert joined(choices, "content") == "[EMAIL]"
+    assert all(choice.get("logprobs") is None for choice in choices)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_block_cut_in_the_reasoning_withholds_the_answer(stream: bool) -> None:
+    exchange = guarded_exchange("off", "block")
+    if stream:
+        choices = streamed(
+            exchange,
+            [{"reasoning_content": REASONING[:20]}, {"reasoning_content": REASONING[20:]}, {"content": "ok"}],
+        )
+        reasoning, content = joined(choices, "reasoning_content"), joined(choices, "content")
+        finish = [c["finish_reason"] for c in choices if c["finish_reason"]][-1]
+    else:
+        message = {"role": "assistant", "reasoning_content": REASONING, "content": "The answer."}
+        body = {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+        RedactionGuard(RedactionCounters()).on_response(exchange, body)
+        reasoning, content = message["reasoning_content"], message["content"] or ""
+        finish = body["choices"][0]["finish_reason"]
+    assert reasoning == "The user is "
+    assert content == ""
+    assert finish == "content_filter"
