@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,6 +17,7 @@ from gateway.redaction.scrub import Verbatim, scrub_text
 from gateway.request_ids import UpstreamIds, upstream_form
 from simulator import RecordedRequest, RunningSimulator
 from tests.harness import HELLO, captured_logs, eventually, openai_upstream, upstream_id
+from tests.policy.gateway_setup import policy_gateway_config, write_policy_dir
 from tests.servers import TEST_KEY, RunningGateway, gateway_config, running_gateway
 
 SSN, API_KEY = "078-05-1120", "sk-proj-abcdefghijklmnopqrstuvwxyz012345"
@@ -137,3 +139,17 @@ def test_the_access_line_scrubs_the_clients_id_and_names_the_upstream_id(
     [entry] = access()
     assert entry["request_id"] == scrub_text(client_id) != client_id
     assert client_id not in lines.getvalue()
+
+
+@pytest.mark.parametrize("client_id", [SSN, CARD_LIKE])
+def test_the_decision_log_scrubs_the_clients_id(
+    upstream_sim: RunningSimulator, tmp_path: Path, client_id: str
+) -> None:
+    audit = tmp_path / "audit.jsonl"
+    policy = {"dir": str(write_policy_dir(tmp_path / "policies"))}
+    config = policy_gateway_config(upstream_sim, policy, audit={"path": str(audit), "mandatory": True})
+    with running_gateway(config) as gateway:
+        call(gateway, client_id)
+    [record] = [r for r in map(orjson.loads, audit.read_text().splitlines()) if r["type"] == "decision"]
+    assert record["request_id"] == record["input"]["request_id"] == scrub_text(client_id) != client_id
+    assert client_id not in audit.read_text()
