@@ -1,7 +1,8 @@
 """One structured line per finished request: what happened, never what was said.
 
 The record carries ids, tenant, model, upstream, status, timings and token counts; no
-message text, no key, no header value other than the request id.
+message text, no key, no header value other than the request id, and the id the upstream was
+sent for it (derived from it): the link between the client's logs and the upstream's.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class AccessLog:
             "request",
             {
                 "request_id": exchange.request_id,
+                "upstream_request_id": exchange.upstream_request_id if exchange.attempts else None,
                 "tenant": principal.tenant.name if principal else None,
                 "key_id": principal.key_id if principal else None,
                 "endpoint": exchange.endpoint.value,

@@ -40,6 +40,7 @@ from gateway.ports import AuditSink, PolicyEngine
 from gateway.redaction.guard import RedactionGuard
 from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
+from gateway.request_ids import UpstreamIds
 from gateway.routing.probes import HealthProber
 from gateway.routing.readiness import upstream_readiness
 from gateway.routing.upstream_route import build_routes, probe_targets
@@ -156,9 +157,10 @@ def build_services(
             *([AuditCompletion(audit)] if audit else []),
         ]
         # Redaction before the tool-call guard: restored arguments are what get checked.
+        redaction_guard = RedactionGuard(redaction_counters)
         guards: list[ResponseGuard] = [
             ProducedText(),
-            RedactionGuard(redaction_counters),
+            redaction_guard,
             ToolCallGuard(),
             UsageGuard(),
         ]
@@ -172,7 +174,7 @@ def build_services(
             metrics_dir=metrics_dir_from_env(),
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
-        pipeline = Pipeline(stages, forwarder, guards, finishers)
+        pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
 
         async def close() -> None:
             await telemetry.aclose()  # first: its last export still reads the state store (budgets)
@@ -200,6 +202,7 @@ def build_services(
             admin_spend=metering.admin.spend if metering and metering.admin else None,
             tracer=telemetry.tracer,
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
+            upstream_ids=UpstreamIds(key.encode() if (key := config.server.request_id_key) else None),
         )
 
     return build

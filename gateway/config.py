@@ -47,6 +47,9 @@ class ServerConfig(_Strict):
     request_timeout_s: float = Field(600.0, gt=0)
     access_log: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Key of the UUID sent upstream as a request's id (derived from the request id, never the
+    # client's text). The same on every replica: the same id upstream; unset: random per process.
+    request_id_key: str | None = Field(None, min_length=16)
 
 
 class TimeoutsConfig(_Strict):
@@ -87,6 +90,10 @@ class _UpstreamBase(_Strict):
     retries: int = Field(2, ge=0, le=10)  # more attempts on this upstream (other replicas) after a failure
     max_retry_wait_s: float = Field(2.0, ge=0)  # the longest Retry-After the gateway waits out itself
     health: HealthConfig = HealthConfig()
+    # The header that carries the request's id to this upstream (None: not sent), and its form:
+    # uuid (8-4-4-4-12) or gateway (req_ and 32 hex digits). Never the client's X-Request-ID.
+    request_id_header: str | None = Field("x-request-id", pattern=r"^[A-Za-z0-9-]+$")
+    request_id_format: Literal["uuid", "gateway"] = "uuid"
 
 
 class OpenAICompatUpstream(_UpstreamBase):

@@ -110,7 +110,7 @@ class Attempt:
 
 @dataclass(slots=True)
 class Exchange:
-    request_id: str
+    request_id: str  # the client's X-Request-ID (client text), or one the gateway minted
     endpoint: Endpoint
     received_at: float  # time.monotonic()
     deadline: float  # time.monotonic() by which the response must be complete
@@ -144,6 +144,7 @@ class Exchange:
     replay_body: bytes | None = None  # a stored response to send rather than call upstream (Idempotency-Key)
     response_body: bytes | None = None  # the non-streamed response as sent, set by the HTTP edge
     trace: RequestTrace = NO_TRACE  # set by the HTTP edge: spans, and the traceparent sent upstream
+    upstream_request_id: str = ""  # set by the HTTP edge: the UUID upstreams get (request_ids.py)
 
     @property
     def tenant(self) -> Tenant | None:

@@ -192,7 +192,7 @@ class Forwarder:
             model=candidate.model,
             body=shared.body,
             stream=exchange.stream,
-            request_id=exchange.request_id,
+            request_id=exchange.upstream_request_id,
             deadline=exchange.deadline,
             first_byte_timeout=min(policy.first_byte_timeout(shared.prompt_tokens), remaining),
             headers_timeout=headers_timeout,

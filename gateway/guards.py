@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway.errors import GatewayError
 from gateway.exchange import Endpoint, Exchange, Usage
 from gateway.metering.counted import settle_usage
 from gateway.ports import Chunk
@@ -23,6 +24,13 @@ class ResponseGuard(Protocol):
     def on_chunk(self, exchange: Exchange, chunk: Chunk) -> list[Chunk]: ...
 
     def on_end(self, exchange: Exchange) -> list[Chunk]: ...
+
+
+class ErrorGuard(Protocol):
+    """Sees the text of an upstream's error before the client does (an upstream's message may
+    quote the request); may rewrite `error.message` in place, or raise a GatewayError instead."""
+
+    def on_error(self, exchange: Exchange, error: GatewayError) -> None: ...
 
 
 class UsageGuard:

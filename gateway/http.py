@@ -16,7 +16,7 @@ import math
 import time
 import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -33,7 +33,7 @@ from gateway.errors import (
 from gateway.exchange import Endpoint, Exchange, Principal
 from gateway.logs import flush_logs
 from gateway.pipeline import Pipeline
-from gateway.request_ids import request_id_from
+from gateway.request_ids import UpstreamIds, request_id_from
 from gateway.tracing import CORRELATION, NO_TRACER, Correlation, Tracer
 
 logger = logging.getLogger("tollgate.http")
@@ -74,6 +74,8 @@ class Services:
     tracer: Tracer = NO_TRACER
     # GET /metrics: (accept header) -> (page, content type); None: no metrics endpoint
     metrics: Callable[[str], Awaitable[tuple[bytes, str]]] | None = None
+    # request id -> the UUID sent upstream (request_ids.py)
+    upstream_ids: Callable[[str], str] = field(default_factory=UpstreamIds)
 
 
 class GatewayASGI:
@@ -181,6 +183,7 @@ class GatewayASGI:
             deadline=now + services.request_timeout_s,
             headers=headers,
             raw_body=b"",
+            upstream_request_id=services.upstream_ids(request_id),
         )
         pipeline = services.pipeline
         exchange.trace = trace = services.tracer.begin(exchange)

@@ -26,7 +26,7 @@ class UpstreamRequest:
     model: str  # the upstream's model id; the adapter writes it into the body
     body: dict[str, Any]  # the client's body after the request stages, passed through untouched otherwise
     stream: bool
-    request_id: str
+    request_id: str  # the id for the upstream: a UUID the gateway derived, never the client's text
     deadline: float  # time.monotonic() by which the whole answer must be in
     first_byte_timeout: float  # seconds allowed until the first byte of the answer (a stream's first event)
     headers_timeout: float  # seconds allowed until the response head, streamed or not

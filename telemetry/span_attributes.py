@@ -83,6 +83,8 @@ def attempt_attributes(
             route,
         )
     ]
+    if exchange.upstream_request_id:  # a UUID the gateway derived, as the upstream logs it
+        parts.append(fresh_attribute(n.UPSTREAM_REQUEST_ID, exchange.upstream_request_id))
     if exchange.session_key:
         # already scoped and hashed
         parts.append(fresh_attribute(n.GEN_AI_CONVERSATION_ID, exchange.session_key))

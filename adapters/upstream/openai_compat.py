@@ -20,6 +20,7 @@ from gateway.config import OpenAICompatUpstream as OpenAICompatConfig
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.exchange import Endpoint
 from gateway.ports import ChunkStream, Health, UpstreamRequest, UpstreamResponse
+from gateway.request_ids import upstream_form
 
 _PATHS = {Endpoint.CHAT: "/chat/completions", Endpoint.EMBEDDINGS: "/embeddings"}
 
@@ -35,6 +36,8 @@ class OpenAICompatUpstream:
         self._health_urls = [_root(base) + config.health_path for base in self.replicas]
         self._timeouts = config.timeouts
         self._auth = f"Bearer {config.api_key}" if config.api_key else None
+        self._request_id_header = config.request_id_header
+        self._request_id_format = config.request_id_format
         self._client = HttpClient(
             name,
             max_connections=config.max_connections * len(self.replicas),
@@ -42,7 +45,9 @@ class OpenAICompatUpstream:
         )
 
     def _headers(self, request: UpstreamRequest) -> dict[str, str]:
-        headers = {"content-type": "application/json", "x-request-id": request.request_id}
+        headers = {"content-type": "application/json"}
+        if self._request_id_header and request.request_id:
+            headers[self._request_id_header] = upstream_form(request.request_id, self._request_id_format)
         if self._auth:
             headers["authorization"] = self._auth
         if request.session_key:

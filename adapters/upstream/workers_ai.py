@@ -22,6 +22,7 @@ from gateway.config import WorkersAIUpstream as WorkersAIConfig
 from gateway.errors import UpstreamError, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from gateway.exchange import Endpoint
 from gateway.ports import Chunk, ChunkStream, Health, UpstreamRequest, UpstreamResponse
+from gateway.request_ids import upstream_form
 
 _OPENAI_PATHS = {Endpoint.CHAT: "/ai/v1/chat/completions", Endpoint.EMBEDDINGS: "/ai/v1/embeddings"}
 
@@ -90,6 +91,8 @@ class WorkersAIUpstream:
         self._reject_if_busy = config.reject_if_busy
         self._timeouts = config.timeouts
         self._auth = f"Bearer {config.api_token}"
+        self._request_id_header = config.request_id_header
+        self._request_id_format = config.request_id_format
         self._client = HttpClient(
             name, max_connections=config.max_connections, connect_timeout=config.timeouts.connect_s
         )
@@ -114,11 +117,9 @@ class WorkersAIUpstream:
         return orjson.dumps(body)
 
     def _headers(self, request: UpstreamRequest) -> dict[str, str]:
-        headers = {
-            "authorization": self._auth,
-            "content-type": "application/json",
-            "x-request-id": request.request_id,
-        }
+        headers = {"authorization": self._auth, "content-type": "application/json"}
+        if self._request_id_header and request.request_id:
+            headers[self._request_id_header] = upstream_form(request.request_id, self._request_id_format)
         if request.session_key:
             headers["x-session-affinity"] = request.session_key
         if request.stream:

@@ -101,10 +101,10 @@ def test_a_request_is_one_trace_from_the_client_span_to_the_upstream(
     for span in spans:
         assert span.attributes["tollgate.request_id"] == request_id, span.name
 
-    # The upstream got the attempt's span as its parent, and the request id.
+    # The upstream got the attempt's span as its parent, and the id derived from the request id.
     [sent] = recorded(upstream, request_id)
     assert sent.headers["traceparent"] == f"00-{trace_id}-{attempt.span_id}-01"
-    assert sent.headers["x-request-id"] == request_id
+    assert sent.headers["x-request-id"] == attempt.attributes["tollgate.upstream_request_id"]
 
 
 def test_a_stream_records_its_time_to_first_chunk(
