@@ -16,7 +16,16 @@ from tests.servers import TEST_KEY, UPSTREAM_KEY, RunningGateway, running_gatewa
 from tests.telemetry.conftest import telemetry_block, traced_config
 from tests.telemetry.receiver import OtlpReceiver, ReceivedSpan, otlp_grpc_receiver
 
-STAGES_WITHOUT_POLICY = ["admit", "redact", "tool_offer", "image_destinations", "context_cap", "route"]
+# No metering here: Idempotency-Key is handled by its own stage, where the meter would be.
+STAGES_WITHOUT_POLICY = [
+    "admit",
+    "redact",
+    "tool_offer",
+    "image_destinations",
+    "context_cap",
+    "idempotency",
+    "route",
+]
 
 
 def _traceparent(sampled: bool = True) -> tuple[str, str, str]:
