@@ -163,7 +163,9 @@ class StateStore(Protocol):
 
     - `reserve`: first releases reservations whose lease has passed; then, if every rate
       charge fits its limit and every hard budget counter can take its amount, takes them
-      all and records the reservation; otherwise changes nothing.
+      all and records the reservation; otherwise changes nothing. An id already settled
+      (a reserve that timed out is released by a settle of its id, which may reach the store
+      first) is refused, taking nothing.
     - `settle`: releases the reservation still open under that id (if any), adds the actual
       amounts and the ledger entry, gives back the rate refunds. Idempotent: returns False,
       changing nothing, for an id already settled.

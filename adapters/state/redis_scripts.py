@@ -54,7 +54,8 @@ RESERVE = (
 local A = ARGV
 local nr, nb = tonumber(A[1]), tonumber(A[2])
 sweep(KEYS[1], A[4])
-local ok = true
+-- A record under this id already: released (or settled) before this reserve arrived.
+local ok = redis.call('EXISTS', KEYS[2]) == 0
 local tats, new_tats = {}, {}
 for i = 1, nr do
   local tat = tonumber(redis.call('GET', KEYS[2 + i]) or '0')

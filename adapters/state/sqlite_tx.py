@@ -150,6 +150,8 @@ def reserve(db: sqlite3.Connection, now_us: int, request: ReserveRequest) -> Res
     tats = [max(_tat(db, tenant, charge.counter) or now_us, now_us) for charge in request.rates]
     new_tats = [tat + charge.increment_us for tat, charge in zip(tats, request.rates, strict=True)]
     admitted = all(new_tat - now_us <= WINDOW_US for new_tat in new_tats)
+    if _known(db, request.reservation_id):
+        admitted = False  # released (or settled) before it arrived: it takes nothing
     used = [_used(db, tenant, charge.counter) for charge in request.budgets]
     for budget, before in zip(request.budgets, used, strict=True):
         if budget.hard and before + budget.amount > budget.limit:
@@ -181,6 +183,11 @@ def reserve(db: sqlite3.Connection, now_us: int, request: ReserveRequest) -> Res
     )
     after = tuple(u + c.amount for u, c in zip(used, request.budgets, strict=True))
     return ReserveOutcome(True, after, tuple(rates))
+
+
+def _known(db: sqlite3.Connection, reservation_id: str) -> bool:
+    row = db.execute("SELECT 1 FROM reservations WHERE id = ?", (reservation_id,)).fetchone()
+    return row is not None
 
 
 def _rate_state(per_minute: int, backlog_us: int, retry_us: int) -> RateState:
