@@ -20,9 +20,10 @@ from simulator import RunningSimulator
 from tests.harness import openai_error
 from tests.metering.processes import RedisProcess
 from tests.metering.test_metering_http import hello, metered_config, post
+from tests.processes import process_timeout
 from tests.servers import running_gateway
 
-pytestmark = pytest.mark.usefixtures("one_budget_day")
+pytestmark = [process_timeout, pytest.mark.usefixtures("one_budget_day")]
 
 
 async def test_requests_refused_by_a_hung_redis_hold_no_budget_once_it_answers(
