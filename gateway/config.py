@@ -47,6 +47,9 @@ class ServerConfig(_Strict):
     request_timeout_s: float = Field(600.0, gt=0)
     access_log: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # On SIGTERM, how long the port stays open at least, /readyz answering 503 and new calls
+    # refused with 503, while calls in flight finish (gateway/worker_server.py).
+    drain_s: float = Field(2.0, ge=0)
 
 
 class TimeoutsConfig(_Strict):
