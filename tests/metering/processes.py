@@ -19,12 +19,13 @@ class RedisProcess(Process):
     """A redis-server of the test's own, persisting every write (appendfsync always), so a
     kill and restart loses nothing."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path, port: int | None = None, *settings: str) -> None:
+        """`settings`: more redis-server arguments, which may override these."""
         self.port = port or free_port()
         self.directory = directory
         self.url = f"redis://127.0.0.1:{self.port}/0"
         args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(directory)]
-        args += ["--save", "", "--appendonly", "yes", "--appendfsync", "always"]
+        args += ["--save", "", "--appendonly", "yes", "--appendfsync", "always", *settings]
         what = f"redis-server on port {self.port}"
         super().__init__(args, directory / "redis.log", RedisProcess._ready, what)
 
