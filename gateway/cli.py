@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -317,7 +318,10 @@ def _run_workers(config: GatewayConfig, host: str | None, port: int | None, work
         code = Supervisor(uvicorn_config, count, server.drain_s).run()
     else:
         single = WorkerServer(uvicorn_config, server.drain_s)
-        single.run()
+        # uvicorn raises the signal that stopped it again once it is done: SIGINT's is a
+        # KeyboardInterrupt here, after a clean shutdown.
+        with contextlib.suppress(KeyboardInterrupt):
+            single.run()
         code = 0 if single.started else STARTUP_FAILURE
     if code:
         raise SystemExit(code)
