@@ -167,8 +167,9 @@ class StateStore(Protocol):
       (a reserve that timed out is released by a settle of its id, which may reach the store
       first) is refused, taking nothing.
     - `settle`: releases the reservation still open under that id (if any), adds the actual
-      amounts and the ledger entry, gives back the rate refunds. Idempotent: returns False,
-      changing nothing, for an id already settled.
+      amounts and the ledger entry, gives back the rate refunds (and, with `release`, all the
+      open reservation took from the rate limits). Idempotent: returns False, changing
+      nothing, for an id already settled.
     - `claim_idempotency` / `complete_idempotency` / `release_idempotency`: an
       Idempotency-Key is claimed by one request (for `lease_s`), then either holds its
       response (for `ttl_s`) or is released for a retry.

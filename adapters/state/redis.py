@@ -108,6 +108,7 @@ class RedisStore:
             keys.append(base + "l:" + entry.day)
             args += (entry.requests, entry.prompt_tokens, entry.cached_tokens)
             args += (entry.completion_tokens, entry.cost_micros)
+        args.append(1 if settlement.release else 0)  # last, wherever the rest ends
         return bool(await self._wire.script(self._settle, tuple(keys), tuple(args)) == 1)
 
     async def counters(self, tenant: str, counters: tuple[str, ...]) -> tuple[int, ...]:

@@ -123,7 +123,10 @@ class Settle:
             )
         if not ticket.reserved and not ticket.reserve_unanswered and ledger is None:
             return None
-        return Settlement(tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s)
+        # Refused for want of the store's answer: should the reserve be applied after all,
+        # the request takes nothing from the rate limits either.
+        release = ticket.reserve_unanswered and not ticket.reserved and served is None
+        return Settlement(tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s, release)
 
     async def aclose(self) -> None:
         """Stop the retries, giving each pending settle one last try."""

@@ -39,7 +39,8 @@ async def test_requests_refused_by_a_hung_redis_hold_no_budget_once_it_answers(
             assert post(gateway, "streamer", hello(max_tokens=20)).status_code == 200
             os.kill(redis.popen.pid, signal.SIGSTOP)
             try:
-                refused = [post(gateway, "streamer", hello(max_tokens=20)) for _ in range(4)]
+                refused = [post(gateway, "streamer", hello(max_tokens=20)) for _ in range(2)]
+                refused += [post(gateway, "limited", hello(max_tokens=20)) for _ in range(3)]  # 3 a minute
             finally:
                 os.kill(redis.popen.pid, signal.SIGCONT)
             for response in refused:
@@ -51,11 +52,15 @@ async def test_requests_refused_by_a_hung_redis_hold_no_budget_once_it_answers(
             while time.monotonic() < give_up_at:
                 rows = await store.spend(("streamer",), "2000-01-01", "2100-01-01")
                 spent = sum(row.cost_micros for row in rows)
-                if await store.open_reservations("streamer") == 0 and spent:
+                opened = [await store.open_reservations(t) for t in ("streamer", "limited")]
+                if opened == [0, 0] and spent:
                     break
                 await asyncio.sleep(0.1)
             assert await store.open_reservations("streamer") == 0
+            assert await store.open_reservations("limited") == 0
             assert await store.counters("streamer", (usd,)) == (spent,)  # the one served request only
+            # Nor do they hold the requests-per-minute limit: its three are there to use.
+            assert [post(gateway, "limited", hello(max_tokens=20)).status_code for _ in range(3)] == [200] * 3
     finally:
         await store.aclose()
         redis.kill()
