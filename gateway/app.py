@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from adapters.audit import build_audit_writer
 from adapters.policy import open_policy_engine
-from adapters.state import build_state_store
+from adapters.state import build_state_store, warn_if_not_durable
 from adapters.upstream import build_upstream
 from gateway.access_log import AccessLog
 from gateway.audit.completion import AuditCompletion
@@ -124,6 +124,8 @@ def build_services(
         audit = audit_sink_from(config)
         state = state_config(config)
         metering = metering_parts(config, state, build_state_store(state)) if state is not None else None
+        if metering is not None:
+            await warn_if_not_durable(metering.store)
         band = metering.bands.band if metering is not None else None
         decide = [decide_from(config.policy, engine, config, audit, band)] if config.policy and engine else []
         redaction_counters = RedactionCounters()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -288,16 +289,20 @@ def _fresh_metrics_dir() -> tuple[Path, bool]:
 
 def _run_workers(config: GatewayConfig, host: str | None, port: int | None, workers: int | None) -> None:
     import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
 
     from gateway.http_protocol import HTTP_PROTOCOL
+    from gateway.supervisor import Supervisor
+    from gateway.worker_server import WorkerServer
 
     server = config.server
-    uvicorn.run(
+    count = workers or server.workers
+    uvicorn_config = uvicorn.Config(
         "gateway.serve:app_factory",
         factory=True,
         host=host or server.host,
         port=port if port is not None else server.port,
-        workers=workers or server.workers,
+        workers=count,
         loop="uvloop" if _has_uvloop() else "asyncio",
         http=HTTP_PROTOCOL,
         lifespan="on",
@@ -309,6 +314,17 @@ def _run_workers(config: GatewayConfig, host: str | None, port: int | None, work
         timeout_keep_alive=30,
         timeout_graceful_shutdown=30,
     )
+    if count > 1:
+        code = Supervisor(uvicorn_config, count, server.drain_s).run()
+    else:
+        single = WorkerServer(uvicorn_config, server.drain_s)
+        # uvicorn raises the signal that stopped it again once it is done: SIGINT's is a
+        # KeyboardInterrupt here, after a clean shutdown.
+        with contextlib.suppress(KeyboardInterrupt):
+            single.run()
+        code = 0 if single.started else STARTUP_FAILURE
+    if code:
+        raise SystemExit(code)
 
 
 def _dev(config_path: str, sim_port: int) -> int:

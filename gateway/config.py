@@ -50,6 +50,9 @@ class ServerConfig(_Strict):
     # Key of the UUID sent upstream as a request's id (derived from the request id, never the
     # client's text). The same on every replica: the same id upstream; unset: random per process.
     request_id_key: str | None = Field(None, min_length=16)
+    # On SIGTERM, how long the port stays open at least, /readyz answering 503 and new calls
+    # refused with 503, while calls in flight finish (gateway/worker_server.py).
+    drain_s: float = Field(2.0, ge=0)
 
 
 class TimeoutsConfig(_Strict):

@@ -83,6 +83,23 @@ class GatewayASGI:
         self._build = build
         self._services: Services | None = None
         self._draining = False
+        self._in_flight = 0  # model calls under way
+        self._idle = asyncio.Event()  # set while none is
+        self._idle.set()
+
+    def begin_draining(self) -> None:
+        """The server is stopping: from now on /readyz answers 503 and a new model call is
+        refused (503, `Connection: close`, so the client goes elsewhere), while the calls in
+        flight, streams included, go on to their end."""
+        self._draining = True
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    async def idle(self) -> None:
+        """Return once no model call is in flight."""
+        await self._idle.wait()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -122,7 +139,9 @@ class GatewayASGI:
             if endpoint is not None:
                 if method != "POST":
                     raise MethodNotAllowed(f"Use POST for {path}.")
-                await self._model_call(services, endpoint, headers, request_id, receive, send)
+                if self._draining:
+                    raise _shutting_down()
+                await self._counted(self._model_call(services, endpoint, headers, request_id, receive, send))
             elif path == "/v1/models":
                 _require(method, "GET", path)
                 principal = services.authenticate(headers.get("authorization"))
@@ -158,6 +177,16 @@ class GatewayASGI:
         except Exception:
             logger.exception("unhandled error", extra={"request_id": request_id})
             await _send_error(send, InternalError(request_id), request_id)
+
+    async def _counted(self, call: Awaitable[None]) -> None:
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            await call
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.set()
 
     async def _ready(self, services: Services, send: Send, request_id: str) -> None:
         if self._draining:
@@ -264,6 +293,16 @@ class GatewayASGI:
             watcher.cancel()
         if not relay_task.cancelled():
             relay_task.result()
+
+
+def _shutting_down() -> GatewayError:
+    error = GatewayError(
+        "The gateway is shutting down; retry the request.",
+        code="shutting_down",
+        headers={"connection": "close", "retry-after": "1"},
+    )
+    error.status = 503
+    return error
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:

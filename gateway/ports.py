@@ -176,10 +176,13 @@ class StateStore(Protocol):
 
     - `reserve`: first releases reservations whose lease has passed; then, if every rate
       charge fits its limit and every hard budget counter can take its amount, takes them
-      all and records the reservation; otherwise changes nothing.
+      all and records the reservation; otherwise changes nothing. An id already settled
+      (a reserve that timed out is released by a settle of its id, which may reach the store
+      first) is refused, taking nothing.
     - `settle`: releases the reservation still open under that id (if any), adds the actual
-      amounts and the ledger entry, gives back the rate refunds. Idempotent: returns False,
-      changing nothing, for an id already settled.
+      amounts and the ledger entry, gives back the rate refunds (and, with `release`, all the
+      open reservation took from the rate limits). Idempotent: returns False, changing
+      nothing, for an id already settled.
     - `claim_idempotency` / `complete_idempotency` / `release_idempotency`: an
       Idempotency-Key is claimed by one request (for `lease_s`), then either holds its
       response (for `ttl_s`) or is released for a retry.

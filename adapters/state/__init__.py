@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import logging
+
 from gateway.config import StateConfig
 from gateway.ports import StateStore
+
+logger = logging.getLogger("tollgate.state")
 
 
 def build_state_store(config: StateConfig) -> StateStore:
@@ -16,3 +20,13 @@ def build_state_store(config: StateConfig) -> StateStore:
     from adapters.state.sqlite import SQLiteStore
 
     return SQLiteStore(config.sqlite_path)
+
+
+async def warn_if_not_durable(store: StateStore) -> None:
+    """Log a warning at start when the store would lose budgets on a restart of its own."""
+    from adapters.state.redis import RedisStore
+
+    if isinstance(store, RedisStore):
+        problem = await store.durability_problem()
+        if problem is not None:
+            logger.warning(problem)

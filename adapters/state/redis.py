@@ -18,6 +18,7 @@ from typing import Any
 from adapters.state import redis_scripts
 from adapters.state.redis_cluster import RedisClusterWire
 from adapters.state.redis_wire import RedisWire, ReplyError, Script, unavailable
+from gateway.errors import StateStoreUnavailable
 from gateway.metering.records import (
     IdempotencyClaim,
     RateState,
@@ -107,6 +108,7 @@ class RedisStore:
             keys.append(base + "l:" + entry.day)
             args += (entry.requests, entry.prompt_tokens, entry.cached_tokens)
             args += (entry.completion_tokens, entry.cost_micros)
+        args.append(1 if settlement.release else 0)  # last, wherever the rest ends
         return bool(await self._wire.script(self._settle, tuple(keys), tuple(args)) == 1)
 
     async def counters(self, tenant: str, counters: tuple[str, ...]) -> tuple[int, ...]:
@@ -155,6 +157,26 @@ class RedisStore:
 
     async def ping(self) -> None:
         _checked(self._wire.describe, await self._wire.call("PING"))
+
+    async def durability_problem(self) -> str | None:
+        """Why a restart of this Redis would lose budgets (no append-only file), or None when
+        it would not, or when that cannot be told (the server unreachable, or INFO refused, as
+        some managed services do). `INFO persistence` rather than CONFIG GET, which managed
+        services often disable."""
+        try:
+            reply = await self._wire.call("INFO", "persistence")
+        except StateStoreUnavailable:
+            return None
+        if not isinstance(reply, bytes):  # an error reply: INFO renamed or refused
+            return None
+        fields = dict(line.split(":", 1) for line in reply.decode().splitlines() if ":" in line)
+        if fields.get("aof_enabled", "").strip() != "0":
+            return None
+        return (
+            f"the state store (Redis at {self._wire.describe}) has no append-only file (appendonly no): "
+            "a restart of Redis loses every budget's spend, open reservation and rate limit since its "
+            "last snapshot, if any. Run it with `appendonly yes` and `appendfsync everysec`."
+        )
 
     async def aclose(self) -> None:
         await self._wire.aclose()

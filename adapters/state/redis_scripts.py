@@ -7,7 +7,8 @@ named from a prefix passed in ARGV, in the same slot. Time is Redis's own (TIME)
 replicas agree on it. Integers stay below 2^53, exact in Lua's doubles.
 
 Keys: `c:<counter>` hash {spent, reserved}; `q:<rate>` string (GCRA theoretical arrival
-time, microseconds); `r:<id>` hash {s: o|e|s, b:<counter key>: amount reserved}; `leases`
+time, microseconds); `r:<id>` hash {s: o|e|s, b:<counter key>: amount reserved,
+q:<rate key>: increment taken}; `leases`
 zset of open reservation ids by lease end; `l:<day>` hash {key_id \\t model \\t field: n};
 `i:<key>` hash {f: fingerprint, s: f|d, st: status, b: body}.
 """
@@ -37,6 +38,14 @@ local function sweep(leases, prefix)
     redis.call('ZREM', leases, id)
   end
 end
+local function give_back(key, inc_us)
+  local tat = redis.call('GET', key)
+  if tat then
+    local new = tonumber(tat) - tonumber(inc_us)
+    if new < now then new = now end
+    redis.call('SET', key, n(new), 'PX', n(math.floor((new - now) / 1000) + 1000))
+  end
+end
 local function used(key)
   local v = redis.call('HMGET', key, 'spent', 'reserved')
   return tonumber(v[1] or '0') + tonumber(v[2] or '0')
@@ -54,7 +63,8 @@ RESERVE = (
 local A = ARGV
 local nr, nb = tonumber(A[1]), tonumber(A[2])
 sweep(KEYS[1], A[4])
-local ok = true
+-- A record under this id already: released (or settled) before this reserve arrived.
+local ok = redis.call('EXISTS', KEYS[2]) == 0
 local tats, new_tats = {}, {}
 for i = 1, nr do
   local tat = tonumber(redis.call('GET', KEYS[2 + i]) or '0')
@@ -77,6 +87,10 @@ if ok then
     redis.call('SET', KEYS[2 + i], n(new_tats[i]), 'PX', n(ttl))
   end
   local record = {'s', 'o'}
+  for i = 1, nr do
+    record[#record + 1] = 'q:' .. KEYS[2 + i]
+    record[#record + 1] = A[4 + 2 * i]
+  end
   for j = 1, nb do
     local a = base + 4 * (j - 1)
     local key, amount = KEYS[2 + nr + j], A[a + 1]
@@ -110,7 +124,8 @@ return out
 
 # KEYS: leases, reservation, spent counter keys (ns), refunded rate keys (nr), ledger key (0 or 1)
 # ARGV: ns, nr, keep_ms, reservation id, ledger field prefix, then per spent (amount, expires_at),
-#       then per refund inc_us, then (if a ledger key) requests, prompt, cached, completion, cost
+#       then per refund inc_us, then (if a ledger key) requests, prompt, cached, completion, cost,
+#       then release 0|1 (last): an open reservation's rate increments are given back too
 # Returns 1 if applied, 0 if that id was already settled.
 SETTLE = (
     _PRELUDE
@@ -125,9 +140,13 @@ for i = 1, #fields, 2 do
 end
 if state == 's' then return 0 end
 if state == 'o' then
+  local release = A[#A] == '1'
   for i = 1, #fields, 2 do
-    if string.sub(fields[i], 1, 2) == 'b:' then
+    local kind = string.sub(fields[i], 1, 2)
+    if kind == 'b:' then
       redis.call('HINCRBY', string.sub(fields[i], 3), 'reserved', n(-tonumber(fields[i + 1])))
+    elseif kind == 'q:' and release then
+      give_back(string.sub(fields[i], 3), fields[i + 1])
     end
   end
   redis.call('ZREM', KEYS[1], A[4])
@@ -137,15 +156,7 @@ for j = 1, ns do
   redis.call('HINCRBY', key, 'spent', A[4 + 2 * j])
   redis.call('EXPIREAT', key, A[5 + 2 * j])
 end
-for i = 1, nr do
-  local key = KEYS[2 + ns + i]
-  local tat = redis.call('GET', key)
-  if tat then
-    local new = tonumber(tat) - tonumber(A[5 + 2 * ns + i])
-    if new < now then new = now end
-    redis.call('SET', key, n(new), 'PX', n(math.floor((new - now) / 1000) + 1000))
-  end
-end
+for i = 1, nr do give_back(KEYS[2 + ns + i], A[5 + 2 * ns + i]) end
 local lk = KEYS[3 + ns + nr]
 if lk then
   local p, a = A[5], 5 + 2 * ns + nr

@@ -14,7 +14,8 @@ Failures are StateStoreUnavailable for every command waiting on the connection: 
 connection closed or reset, no reply within the timeout (the connection is then dropped,
 since a late reply would answer the wrong command), a protocol error. The next command
 opens a fresh connection. A command is never sent twice: one that may have reached Redis
-fails rather than risk being applied twice. An error reply is returned as a
+fails rather than risk being applied twice (its StateStoreUnavailable says
+`may_have_applied`, for the caller to compensate). An error reply is returned as a
 `hiredis.ReplyError` value, for the caller to judge (`Script` reloads a script Redis no
 longer knows).
 
@@ -246,8 +247,8 @@ class _Connection(asyncio.Protocol):
             self._transport.abort()
         pending, self._pending = self._pending, deque()
         for future, _ in pending:
-            if not future.done():
-                future.set_exception(unavailable(self._describe, exc))
+            if not future.done():  # written (or about to be): Redis may still run it
+                future.set_exception(unavailable(self._describe, exc, may_have_applied=True))
 
     async def drain(self) -> None:
         if self._pending:
@@ -283,10 +284,11 @@ def _optional_str(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def unavailable(describe: str, exc: BaseException) -> StateStoreUnavailable:
+def unavailable(describe: str, exc: BaseException, may_have_applied: bool = False) -> StateStoreUnavailable:
     error = StateStoreUnavailable(
         f"The state store (Redis at {describe}) is unreachable or failed ({type(exc).__name__}); "
-        "budgets and rate limits cannot be checked, so the request was not processed."
+        "budgets and rate limits cannot be checked, so the request was not processed.",
+        may_have_applied=may_have_applied,
     )
     error.__cause__ = exc  # for the log; clients see only the message above
     return error

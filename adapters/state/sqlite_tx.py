@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS reservations (
     state TEXT NOT NULL,            -- o: open, e: expired (released), s: settled
     lease_until_us INTEGER NOT NULL,
     forget_at_us INTEGER,           -- settled/expired records are deleted after this
-    charges BLOB NOT NULL           -- JSON [[counter, amount], ...] still reserved while open
+    charges BLOB NOT NULL,          -- JSON [[counter, amount], ...] still reserved while open
+    rates BLOB                      -- JSON [[rate counter, increment_us], ...] taken by the reserve
 );
 CREATE INDEX IF NOT EXISTS reservations_open ON reservations (tenant, state, lease_until_us);
 CREATE INDEX IF NOT EXISTS reservations_forget ON reservations (forget_at_us);
@@ -74,6 +75,9 @@ def create_schema(db: sqlite3.Connection) -> None:
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 db.execute(statement)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(reservations)")}
+        if "rates" not in columns:  # a file made before reservations recorded their rate charges
+            db.execute("ALTER TABLE reservations ADD COLUMN rates BLOB")
 
 
 @contextmanager
@@ -150,6 +154,8 @@ def reserve(db: sqlite3.Connection, now_us: int, request: ReserveRequest) -> Res
     tats = [max(_tat(db, tenant, charge.counter) or now_us, now_us) for charge in request.rates]
     new_tats = [tat + charge.increment_us for tat, charge in zip(tats, request.rates, strict=True)]
     admitted = all(new_tat - now_us <= WINDOW_US for new_tat in new_tats)
+    if _known(db, request.reservation_id):
+        admitted = False  # released (or settled) before it arrived: it takes nothing
     used = [_used(db, tenant, charge.counter) for charge in request.budgets]
     for budget, before in zip(request.budgets, used, strict=True):
         if budget.hard and before + budget.amount > budget.limit:
@@ -175,12 +181,25 @@ def reserve(db: sqlite3.Connection, now_us: int, request: ReserveRequest) -> Res
             (tenant, budget.counter, budget.amount, budget.expires_at),
         )
     charges = orjson.dumps([[c.counter, c.amount] for c in request.budgets])
+    taken = orjson.dumps([[c.counter, c.increment_us] for c in request.rates]) if request.rates else None
     db.execute(
-        "INSERT INTO reservations (id, tenant, state, lease_until_us, charges) VALUES (?, ?, 'o', ?, ?)",
-        (request.reservation_id, tenant, now_us + round(request.lease_s * 1_000_000), charges),
+        "INSERT INTO reservations (id, tenant, state, lease_until_us, charges, rates) "
+        "VALUES (?, ?, 'o', ?, ?, ?)",
+        (request.reservation_id, tenant, now_us + round(request.lease_s * 1_000_000), charges, taken),
     )
     after = tuple(u + c.amount for u, c in zip(used, request.budgets, strict=True))
     return ReserveOutcome(True, after, tuple(rates))
+
+
+def _known(db: sqlite3.Connection, reservation_id: str) -> bool:
+    row = db.execute("SELECT 1 FROM reservations WHERE id = ?", (reservation_id,)).fetchone()
+    return row is not None
+
+
+def _give_back(db: sqlite3.Connection, now_us: int, tenant: str, counter: str, increment_us: int) -> None:
+    tat = _tat(db, tenant, counter)
+    if tat is not None:
+        _set_tat(db, tenant, counter, max(now_us, tat - increment_us))
 
 
 def _rate_state(per_minute: int, backlog_us: int, retry_us: int) -> RateState:
@@ -191,12 +210,15 @@ def _rate_state(per_minute: int, backlog_us: int, retry_us: int) -> RateState:
 def settle(db: sqlite3.Connection, now_us: int, settlement: Settlement) -> bool:
     tenant = settlement.tenant
     row = db.execute(
-        "SELECT state, charges FROM reservations WHERE id = ?", (settlement.reservation_id,)
+        "SELECT state, charges, rates FROM reservations WHERE id = ?", (settlement.reservation_id,)
     ).fetchone()
     if row is not None and row[0] == "s":
         return False
     if row is not None and row[0] == "o":
         _release(db, tenant, row[1])
+        if settlement.release and row[2] is not None:
+            for counter, increment_us in orjson.loads(row[2]):
+                _give_back(db, now_us, tenant, counter, increment_us)
     _purge(db, now_us)
     for counter, amount, expires_at in settlement.spent:
         db.execute(
@@ -206,9 +228,7 @@ def settle(db: sqlite3.Connection, now_us: int, settlement: Settlement) -> bool:
             (tenant, counter, amount, expires_at),
         )
     for refund in settlement.refunds:
-        tat = _tat(db, tenant, refund.counter)
-        if tat is not None:
-            _set_tat(db, tenant, refund.counter, max(now_us, tat - refund.increment_us))
+        _give_back(db, now_us, tenant, refund.counter, refund.increment_us)
     entry = settlement.ledger
     if entry is not None:
         db.execute(

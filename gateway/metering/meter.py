@@ -128,7 +128,7 @@ class Meter:
         outcome: ReserveOutcome | None = None
         for _ in range(_ATTEMPTS):
             request = self._request(ticket, tenant, plan, input_tokens, per_choice * choices, price, exchange)
-            outcome = await self._store.reserve(request)
+            outcome = await self._reserved(ticket, request)
             if outcome.admitted:
                 break
             headers = refusals.rate_headers(plan.rates, outcome.rates)
@@ -154,6 +154,18 @@ class Meter:
                 note_output_limit(exchange, per_choice, "budget")
             elif asked is None:
                 note_output_limit(exchange, per_choice, "default")
+
+    async def _reserved(self, ticket: MeterTicket, request: ReserveRequest) -> ReserveOutcome:
+        """The store's answer; until it comes (or when none does) the ticket says the store
+        may hold a reservation under the id, for settle to release."""
+        ticket.reserve_unanswered = True
+        try:
+            outcome = await self._store.reserve(request)
+        except StateStoreUnavailable as exc:
+            ticket.reserve_unanswered = exc.may_have_applied
+            raise
+        ticket.reserve_unanswered = False
+        return outcome
 
     def _output_cap(self, asked: int | None, exchange: Exchange) -> int:
         limit = exchange.decision.limits.max_tokens if exchange.decision is not None else None

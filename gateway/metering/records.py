@@ -102,6 +102,9 @@ class Settlement:
     refunds: tuple[RateCharge, ...]  # rate-limit tokens reserved but not used, given back
     ledger: LedgerEntry | None
     keep_s: int  # how long the settled id is remembered
+    # The request was refused after its reserve went unanswered: should the store have
+    # applied that reserve, what it took from the rate limits is given back too.
+    release: bool = False
 
 
 @dataclass(frozen=True, slots=True)

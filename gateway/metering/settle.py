@@ -6,12 +6,15 @@ otherwise, when an upstream did answer (a server that reports no usage, a stream
 or abandoned), the gateway's own count (gateway/metering/counted.py); nothing when no
 upstream answered.
 A settle the store could not take is tried again in the background (it is idempotent)
-for half of `state.settled_keep_s`; past that, the reservation's lease releases it.
+for half of `state.settled_keep_s` (`settle_retries.py`); past that, the reservation's
+lease releases it. A request refused because its reserve went unanswered (a timeout: the
+store may apply it late) is settled too, with nothing spent: that releases the id, and
+the store refuses a reserve whose id it has already settled, in whichever order the two
+arrive, so no refused request holds budget.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from gateway.config import MeteringConfig, StateConfig
@@ -21,13 +24,11 @@ from gateway.metering import idempotency
 from gateway.metering.counted import settle_usage
 from gateway.metering.prices import PriceBook
 from gateway.metering.records import LedgerEntry, RateCharge, Settlement
+from gateway.metering.settle_retries import SettleRetries
 from gateway.metering.ticket import MeterTicket
 from gateway.ports import StateStore
 
 logger = logging.getLogger("tollgate.metering")
-
-_FIRST_RETRY_S = 0.2
-_MAX_RETRY_S = 5.0
 
 
 class Settle:
@@ -44,7 +45,7 @@ class Settle:
         self._prices = prices
         self._idempotency_ttl_s = metering.idempotency_ttl_s
         self._keep_s = state.settled_keep_s
-        self._retries: dict[asyncio.Task[None], Settlement] = {}
+        self._retries = SettleRetries(store, give_up_s=state.settled_keep_s / 2)
 
     async def finish(self, exchange: Exchange) -> None:
         ticket = exchange.meter
@@ -56,6 +57,11 @@ class Settle:
         settlement = self._settlement(exchange, ticket, tenant)
         if settlement is None:
             return
+        if ticket.reserve_unanswered and not ticket.reserved:
+            # The store just failed to answer; the release goes in the background rather
+            # than hold the refusal back for another timeout.
+            self._retries.add(settlement, exchange.request_id)
+            return
         try:
             await self._store.settle(settlement)
         except StateStoreUnavailable:
@@ -63,9 +69,7 @@ class Settle:
                 "settle failed: the state store is unavailable; retrying in the background",
                 extra={"request_id": exchange.request_id, "tenant": tenant},
             )
-            task = asyncio.ensure_future(self._retry(settlement, exchange.request_id))
-            self._retries[task] = settlement
-            task.add_done_callback(lambda done: self._retries.pop(done, None))
+            self._retries.add(settlement, exchange.request_id)
 
     def _settlement(self, exchange: Exchange, ticket: MeterTicket, tenant: str) -> Settlement | None:
         served = next((a for a in reversed(exchange.attempts) if a.status == 200), None)
@@ -99,35 +103,13 @@ class Settle:
             ledger = LedgerEntry(
                 day, exchange.principal.key_id, served.model, prompt, cached, completion, cost
             )
-        if not ticket.reserved and ledger is None:
+        if not ticket.reserved and not ticket.reserve_unanswered and ledger is None:
             return None
-        return Settlement(tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s)
-
-    async def _retry(self, settlement: Settlement, request_id: str) -> None:
-        loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + self._keep_s / 2
-        wait = _FIRST_RETRY_S
-        while loop.time() + wait < give_up_at:
-            await asyncio.sleep(wait)
-            try:
-                await self._store.settle(settlement)
-                logger.info("settled after a retry", extra={"request_id": request_id})
-                return
-            except StateStoreUnavailable:
-                wait = min(wait * 2, _MAX_RETRY_S)
-        logger.error(
-            "settle abandoned: the state store stayed unavailable; its reservation is released by its lease",
-            extra={"request_id": request_id},
-        )
+        # Refused for want of the store's answer: should the reserve be applied after all,
+        # the request takes nothing from the rate limits either.
+        release = ticket.reserve_unanswered and not ticket.reserved and served is None
+        return Settlement(tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s, release)
 
     async def aclose(self) -> None:
         """Stop the retries, giving each pending settle one last try."""
-        pending = dict(self._retries)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        for settlement in pending.values():
-            try:
-                await self._store.settle(settlement)
-            except StateStoreUnavailable:
-                logger.error("settle abandoned at shutdown: the state store is unavailable")
+        await self._retries.aclose()

@@ -16,6 +16,9 @@ class MeterTicket:
     budgets: tuple[BudgetCharge, ...] = ()  # what was reserved
     rates: tuple[RateCharge, ...] = ()  # what was taken from the rate limits
     reserved: bool = False  # a reservation is open in the store
+    # A reserve went unanswered (a timeout, a lost connection, the request cancelled): the
+    # store may still apply it, so settle releases the id even though the request was refused.
+    reserve_unanswered: bool = False
     input_tokens: int = 0  # the upper-bound estimate that was reserved
     output_tokens: int = 0  # the output bound that was reserved (max tokens times choices)
     replayed: bool = False  # answered from a stored response: nothing to settle

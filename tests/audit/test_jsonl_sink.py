@@ -16,6 +16,7 @@ import pytest
 from adapters.audit.jsonl import JsonlWriter, verify_file
 from gateway.audit.queued_sink import QueuedSink
 from gateway.errors import AuditWriteFailed
+from tests.processes import START_TIMEOUT_S
 
 
 def _record(n: int, **extra: Any) -> dict[str, Any]:
@@ -181,8 +182,14 @@ def test_processes_sharing_one_file_keep_one_chain(tmp_path: Path) -> None:
         )
         for i in range(3)
     ]
-    go.touch()
-    assert [child.wait(timeout=60) for child in children] == [0, 0, 0]
+    try:
+        go.touch()
+        assert [child.wait(timeout=START_TIMEOUT_S) for child in children] == [0, 0, 0]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
     report = verify_file(path)
     assert report.ok, report.problem
     assert report.records == 900

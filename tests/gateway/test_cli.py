@@ -20,6 +20,7 @@ from gateway.config import load_config
 from gateway.keys import hash_key
 from simulator import RunningSimulator
 from tests.harness import HELLO, free_port, recorded
+from tests.processes import START_TIMEOUT_S, STOP_TIMEOUT_S, process_timeout, stop_group
 from tests.servers import REQUEST_ID_KEY, UPSTREAM_KEY
 
 CONFIG = """\
@@ -132,6 +133,7 @@ def test_keys_create_checks_the_tenant_against_the_config(
 
 
 @pytest.mark.slow
+@process_timeout
 def test_serve_runs_workers_and_stops_cleanly_on_sigterm(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], upstream: RunningSimulator
 ) -> None:
@@ -157,10 +159,11 @@ def test_serve_runs_workers_and_stops_cleanly_on_sigterm(
             stdout=sink,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+            start_new_session=True,
         )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
@@ -188,12 +191,10 @@ def test_serve_runs_workers_and_stops_cleanly_on_sigterm(
         [attempt] = recorded(upstream, "serve-stream-1")
         assert attempt.headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0, log.read_text()
+        assert process.wait(timeout=STOP_TIMEOUT_S) == 0, log.read_text()
         output = log.read_text()
         started = re.findall(r"Started server process \[(\d+)\]", output)
         assert len(set(started)) == 2, output  # two workers, and each shut down in order
         assert sorted(re.findall(r"Finished server process \[(\d+)\]", output)) == sorted(started)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        stop_group(process, signal.SIGKILL)  # the workers too, should the master have left any

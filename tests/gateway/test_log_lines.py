@@ -27,6 +27,7 @@ from gateway.request_ids import request_id_from
 from gateway.tracing import CORRELATION, Correlation
 from simulator import RunningSimulator
 from tests.harness import HELLO, eventually, free_port, openai_upstream
+from tests.processes import START_TIMEOUT_S, process_timeout, stop_group
 from tests.servers import TEST_KEY, gateway_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,12 +190,10 @@ def served(upstream_sim: RunningSimulator, tmp_path: Path) -> Iterator[Served]:
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        assert eventually(lambda: _up(url), 30), log.read_text()
+        assert eventually(lambda: _up(url), START_TIMEOUT_S), log.read_text()
         yield url, process, log
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
+        stop_group(process, signal.SIGKILL)
 
 
 def _up(url: str) -> bool:
@@ -225,6 +224,7 @@ def _call(url: str, request_id: str) -> None:
 
 
 @pytest.mark.slow
+@process_timeout
 def test_the_server_writes_an_access_line_per_request(
     served: tuple[str, subprocess.Popen[bytes], Path],
 ) -> None:
@@ -236,6 +236,7 @@ def test_the_server_writes_an_access_line_per_request(
 
 
 @pytest.mark.slow
+@process_timeout
 def test_lines_held_at_shutdown_are_written(served: Served) -> None:
     url, process, log = served
     _call(url, "last-before-shutdown")

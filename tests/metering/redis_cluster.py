@@ -15,6 +15,8 @@ from pathlib import Path
 import redis
 from redis.crc import key_slot
 
+from tests.processes import START_TIMEOUT_S, start_group, stop_group
+
 
 @dataclass
 class Cluster:
@@ -113,8 +115,8 @@ def redis_cluster(directory: Path) -> Iterator[Cluster]:
             argv = [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(node_dir)]
             argv += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
             argv += ["--cluster-node-timeout", "5000", "--save", "", "--appendonly", "no"]
-            processes.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + 15
+            processes.append(start_group(argv))
+        deadline = time.monotonic() + START_TIMEOUT_S
         for port in ports:
             while True:
                 try:
@@ -133,12 +135,10 @@ def redis_cluster(directory: Path) -> Iterator[Cluster]:
             timeout=30,
         )
         while not all(_ok(port) for port in ports):
-            if time.monotonic() > deadline + 15:
+            if time.monotonic() > deadline + START_TIMEOUT_S:
                 raise RuntimeError("the Redis Cluster did not come up")
             time.sleep(0.1)
         yield Cluster(ports)
     finally:
         for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(10)
+            stop_group(process)

@@ -21,9 +21,10 @@ from simulator import RunningSimulator
 from tests.harness import free_port
 from tests.metering.conftest import REDIS_URL
 from tests.metering.processes import GatewayProcess, RedisProcess, write_config
+from tests.processes import process_timeout
 from tests.servers import UPSTREAM_KEY
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_budget_day")]
+pytestmark = [pytest.mark.slow, process_timeout, pytest.mark.usefixtures("one_budget_day")]
 
 KEY = "tg-test-budget-acme"
 LENIENT_KEY = "tg-test-budget-lenient"
@@ -107,9 +108,11 @@ async def test_four_gateways_sharing_redis_never_pass_a_hard_budget(
 ) -> None:
     state = {"store": "redis", "redis_url": REDIS_URL, "key_prefix": redis_prefix}
     config = write_config(tmp_path / "gw.yaml", config_data(upstream_sim, paced_sim, state))
-    gateways = [GatewayProcess(config, free_port(), 1, tmp_path / f"gw{i}.log") for i in range(4)]
+    gateways: list[GatewayProcess] = []
     store = RedisStore(REDIS_URL, redis_prefix)
     try:
+        for i in range(4):
+            gateways.append(GatewayProcess(config, free_port(), 1, tmp_path / f"gw{i}.log"))
         responses = await fire([g.url for g in gateways], 500)
         await check_budget_held(responses, store)
     finally:
@@ -183,7 +186,11 @@ async def test_a_redis_that_dies_is_failed_closed_then_recovered_from(
     redis = RedisProcess(tmp_path)
     state = {"store": "redis", "redis_url": redis.url, "timeout_s": 0.5, "fail_open_tenants": ["lenient"]}
     config = write_config(tmp_path / "gw.yaml", config_data(upstream_sim, paced_sim, state))
-    gateway = GatewayProcess(config, free_port(), 2, tmp_path / "gw.log")
+    try:
+        gateway = GatewayProcess(config, free_port(), 2, tmp_path / "gw.log")
+    except BaseException:
+        redis.kill()
+        raise
     store = RedisStore(redis.url)
     try:
         first = await fire([gateway.url], 5)

@@ -13,7 +13,7 @@ import pytest
 
 from adapters.state.sqlite import SQLiteStore
 from gateway.errors import StateStoreUnavailable
-from gateway.metering.records import LedgerEntry, Settlement
+from gateway.metering.records import LedgerEntry, RateCharge, ReserveRequest, Settlement
 
 COUNTER = "t:day:2026-11-22:usd"
 
@@ -109,5 +109,27 @@ async def test_a_commit_leaves_its_pages_in_the_log_for_that_thread(tmp_path: Pa
         await asyncio.sleep(0.2)
         assert in_the_database_file(path) is None  # no request's COMMIT copied the log back
         assert await store.counters("acme", (COUNTER,)) == (sum(range(1, 51)),)
+    finally:
+        await store.aclose()
+
+
+async def test_a_file_from_before_reservations_kept_their_rate_charges_is_brought_up_to_date(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE reservations (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, state TEXT NOT NULL, "
+            "lease_until_us INTEGER NOT NULL, forget_at_us INTEGER, charges BLOB NOT NULL)"
+        )
+        db.execute("INSERT INTO reservations VALUES ('old', 'acme', 'o', 9000000000000000, NULL, '[]')")
+    store = SQLiteStore(path)
+    try:
+        rpm = RateCharge("t:rpm", 1, 1)
+        request = ReserveRequest("acme", "new", (), (rpm,), 60)
+        assert (await store.reserve(request)).admitted
+        assert await store.settle(Settlement("acme", "new", (), (), None, 600, release=True))
+        assert await store.settle(Settlement("acme", "old", (), (), None, 600, release=True))
+        assert (await store.reserve(ReserveRequest("acme", "next", (), (rpm,), 60))).admitted
     finally:
         await store.aclose()

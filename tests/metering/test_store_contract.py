@@ -130,6 +130,31 @@ async def test_a_settle_without_a_reservation_records_the_spend_once(store: Stat
     assert await store.counters("acme", ("t:day:2026-11-22:usd",)) == (40,)
 
 
+async def test_a_release_gives_back_the_budgets_and_rate_limits_its_reservation_took(
+    store: StateStore,
+) -> None:
+    # The reserve of a request refused for want of an answer, applied after all: released.
+    rpm = RateCharge("t:rpm", 1, 1)
+    request = reserve_request(budget(300, 1000), rates=(rpm,))
+    assert (await store.reserve(request)).admitted
+    released = Settlement(request.tenant, request.reservation_id, (), (), None, keep_s=600, release=True)
+    assert await store.settle(released)
+    assert await store.counters("acme", ("t:day:2026-11-22:usd",)) == (0,)
+    assert await store.open_reservations("acme") == 0
+    assert (await store.reserve(reserve_request(rates=(rpm,)))).admitted  # its one request a minute
+
+
+async def test_a_reserve_arriving_after_its_release_takes_nothing(store: StateStore) -> None:
+    # A reserve that timed out is released by id; the store may see the two in either order.
+    request = reserve_request(budget(300, 1000), rates=(RateCharge("t:rpm", 1, 1),))
+    assert await store.settle(settlement(request, 0))
+    late = await store.reserve(request)
+    assert not late.admitted
+    assert await store.counters("acme", ("t:day:2026-11-22:usd",)) == (0,)
+    assert await store.open_reservations("acme") == 0
+    assert (await store.reserve(reserve_request(rates=(RateCharge("t:rpm", 1, 1),)))).admitted
+
+
 async def test_a_lease_never_settled_is_released_and_a_late_settle_counts_once(store: StateStore) -> None:
     request = reserve_request(budget(900, 1000), lease_s=0.2)
     assert (await store.reserve(request)).admitted

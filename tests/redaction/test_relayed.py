@@ -93,7 +93,10 @@ def test_an_upstream_error_with_nothing_to_hide_and_a_tenant_without_redaction_p
     relayed_gateway: RunningGateway, upstream: RunningSimulator
 ) -> None:
     clean = openai_error(post(relayed_gateway, "outmask", rejected("too many tokens")), 400)
-    assert clean["message"] == "Upstream 'local' rejected the request (HTTP 400): invalid content: 'too many tokens'"
+    assert (
+        clean["message"]
+        == "Upstream 'local' rejected the request (HTTP 400): invalid content: 'too many tokens'"
+    )
     off = openai_error(post(relayed_gateway, "off", rejected(f"mail {EMAIL}")), 400)
     assert EMAIL in off["message"]
 

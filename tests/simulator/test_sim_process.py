@@ -61,7 +61,7 @@ def test_cli_serves_until_sigterm() -> None:
             stats = client.get(f"http://127.0.0.1:{port}/_sim/stats").json()
             assert [r["requests"] for r in stats["replicas"]] == [2, 2]
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
+        assert proc.wait(timeout=60) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

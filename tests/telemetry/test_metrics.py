@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from simulator import RunningSimulator
 from tests.harness import HELLO, eventually, free_port, openai_upstream
+from tests.processes import START_TIMEOUT_S, process_timeout, stop_group
 from tests.servers import TEST_KEY, RunningGateway, gateway_config
 from tests.telemetry.receiver import OtlpReceiver
 
@@ -183,11 +183,10 @@ def two_workers(upstream_sim: RunningSimulator, tmp_path: Path) -> Iterator[tupl
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        assert eventually(lambda: _up(url), 30), "the server did not start"
+        assert eventually(lambda: _up(url), START_TIMEOUT_S), "the server did not start"
         yield url, metrics_dir
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
+        stop_group(process)
 
 
 def _up(url: str) -> bool:
@@ -207,6 +206,7 @@ def _served_by_file(metrics_dir: Path) -> dict[str, int]:
 
 
 @pytest.mark.slow
+@process_timeout
 def test_every_worker_counts_on_the_page_whichever_answers(two_workers: tuple[str, Path]) -> None:
     url, metrics_dir = two_workers
     assert not (metrics_dir / "999999999.json").exists()  # a previous run's figures are not counted

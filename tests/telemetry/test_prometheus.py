@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from gateway.keys import hash_key
 from simulator import RunningSimulator
 from tests.harness import HELLO, eventually, free_port
+from tests.processes import START_TIMEOUT_S, process_timeout, start_group, stop_group
 from tests.servers import OTHER_TENANT_KEY, TEST_KEY, RunningGateway, running_gateway
 from tests.telemetry.conftest import telemetry_block, traced_config
 from tests.telemetry.dashboards import filled, prometheus_queries
@@ -29,6 +29,7 @@ from tests.telemetry.receiver import OtlpReceiver
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = [
     pytest.mark.slow,
+    process_timeout,
     pytest.mark.skipif(
         PROMETHEUS is None,
         reason="the prometheus binary is not installed (apt-get install -y prometheus; .ci/run does)",
@@ -195,24 +196,21 @@ def prometheus(governed: RunningGateway, tmp_path_factory: pytest.TempPathFactor
         f"    static_configs: [{{targets: ['127.0.0.1:{governed.port}']}}]\n"
     )
     port = free_port()
-    process = subprocess.Popen(
+    process = start_group(
         [
             PROMETHEUS,
             f"--config.file={config}",
             f"--storage.tsdb.path={directory / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}",
             "--enable-feature=exemplar-storage",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        ]
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        assert eventually(lambda: _ready(url), 30), "prometheus did not start"
+        assert eventually(lambda: _ready(url), START_TIMEOUT_S), "prometheus did not start"
         yield url
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        stop_group(process)
 
 
 def _ready(url: str) -> bool:
