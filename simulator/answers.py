@@ -49,9 +49,9 @@ class ToolPlan:
 
 
 def choice_count(body: dict[str, Any]) -> int:
-    n = body.get("n")
-    if n is None:
+    if "n" not in body or body["n"] is None:
         return 1
+    n = body["n"]
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
         raise BadRequest(f"'n' must be an integer between 1 and {MAX_N}")
     return n

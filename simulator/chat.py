@@ -145,7 +145,7 @@ class ReplyMaker:
             return [self._tool_reply(x_sim, call_prefix, chunk_chars)] * n
         if x_sim and ("reply" in x_sim or x_sim.get("echo")):
             return [self._text_reply(x_sim, messages, cap, chunk_chars)] * n
-        if n == 1 and not profile.reasoning and not _CONTRACT_FIELDS.intersection(body):
+        if n == 1 and not profile.reasoning and _CONTRACT_FIELDS.isdisjoint(body):
             return [self._default(cap, chunk_chars)]  # the benchmarks' path: nothing to decide
         plan = answers.plan_tools(body, messages)
         stops = answers.stop_sequences(body)
@@ -280,7 +280,11 @@ class ReplyMaker:
 def usage_dict(prompt_tokens: int, cached_tokens: int | None, choices: list[ChatReply]) -> dict[str, Any]:
     """``usage``; ``cached_tokens`` None leaves ``prompt_tokens_details`` out (as servers that do
     not report it)."""
-    completion_tokens = sum(c.completion_tokens for c in choices)
+    if len(choices) == 1:  # the common case, without the generators
+        completion_tokens, reasoning = choices[0].completion_tokens, choices[0].reasoning_tokens
+    else:
+        completion_tokens = sum(c.completion_tokens for c in choices)
+        reasoning = sum(c.reasoning_tokens for c in choices)
     usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -288,7 +292,6 @@ def usage_dict(prompt_tokens: int, cached_tokens: int | None, choices: list[Chat
     }
     if cached_tokens is not None:
         usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
-    reasoning = sum(c.reasoning_tokens for c in choices)
     if reasoning:
         usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     return usage
@@ -333,21 +336,25 @@ def completion_object(
     rendering: Rendering,
 ) -> dict[str, Any]:
     """The non-streamed ``chat.completion`` object."""
+    profile = rendering.profile
+    extras = profile.stop_reason_field or profile.matched_stop_field
+    rendered = []
+    for index, reply in enumerate(choices):
+        choice = {
+            "index": index,
+            "message": message_of(reply, rendering),
+            "finish_reason": reply.finish_reason,
+            "logprobs": None,
+        }
+        if extras:
+            choice.update(choice_extras(reply, rendering))
+        rendered.append(choice)
     return {
         "id": completion_id,
         "object": "chat.completion",
         "created": created,
         "model": model,
-        "choices": [
-            {
-                "index": index,
-                "message": message_of(reply, rendering),
-                "finish_reason": reply.finish_reason,
-                "logprobs": None,
-                **choice_extras(reply, rendering),
-            }
-            for index, reply in enumerate(choices)
-        ],
+        "choices": rendered,
         "usage": usage,
         "system_fingerprint": "tollgate-sim",
     }

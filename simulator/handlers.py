@@ -45,6 +45,10 @@ class ReplicaApp:
         self.state = state
         self.replica = replica
         self.profile = state.profiles[replica]
+        # one per reasoning field, made once: the answer path only picks one
+        self._renderings = {
+            field: Rendering(self.profile, field) for field in ("reasoning", "reasoning_content")
+        }
         key = state.config.api_key
         self._expected_auth = f"Bearer {key}".encode() if key is not None else None
 
@@ -255,7 +259,7 @@ class ReplicaApp:
         return ChatAccounting(prompt_tokens, cached_tokens, reported)
 
     def _rendering(self, model: str) -> Rendering:
-        return Rendering(self.profile, reasoning_field(model))
+        return self._renderings[reasoning_field(model) if self.profile.reasoning else "reasoning"]
 
     async def _chat(
         self,

@@ -35,7 +35,10 @@ def counted_messages(messages: list[Any]) -> tuple[list[Any], int]:
 
     Returns ``messages`` itself (no copy) when it has no image part, the common case.
     """
-    if not any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in messages):
+    for message in messages:
+        if isinstance(message, dict) and isinstance(message.get("content"), list):
+            break
+    else:
         return messages, 0
     image_tokens = 0
     result: list[Any] = []
