@@ -281,9 +281,10 @@ class ReplicaApp:
             model = requested if isinstance(requested, str) else "sim-model"
         choices = state.replies.reply(body, x_sim, messages, f"call_sim{number}", self.profile)
         data, prompt_tokens = _prompt_of(body, messages)
-        cap = _cap(body)
-        if overflow(self.profile, prompt_tokens, cap) is not None:  # refused before prefill
-            return context_error(self.profile, fmt, prompt_tokens, cap)
+        if self.profile.context_window is not None:
+            cap = _cap(body)
+            if overflow(self.profile, prompt_tokens, cap) is not None:  # refused before prefill
+                return context_error(self.profile, fmt, prompt_tokens, cap)
         slot = self._slot(request, rec, workers_ai)
         return await answer_chat(
             request,

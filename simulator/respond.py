@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from aiohttp import web
@@ -41,9 +40,8 @@ def drop_connection(request: web.BaseRequest) -> web.Response:
     return web.Response(status=DROPPED_STATUS)  # never reaches the wire
 
 
-@dataclass(frozen=True, slots=True)
-class ChatAccounting:
-    """The prompt side of an answer, decided before it is written."""
+class ChatAccounting(NamedTuple):
+    """The prompt side of an answer, decided before it is written (a tuple: made per request)."""
 
     prompt_tokens: int
     cached_tokens: int  # prefix-cache hits, whether or not the profile reports them
