@@ -56,6 +56,7 @@ class ChatReply:
     reasoning_pieces: list[str] = field(default_factory=list)
     reasoning_tokens: int = 0  # part of completion_tokens
     matched_stop: str | None = None  # the stop sequence that ended the text
+    content_deltas: list[bytes] | None = None  # ``pieces`` as serialised deltas, when known
 
 
 def x_sim_of(body: dict[str, Any]) -> dict[str, Any]:
@@ -124,6 +125,9 @@ class ReplyMaker:
         words = [f"tok{i}" if i == 0 else f" tok{i}" for i in range(default_reply_tokens)]
         # _defaults[n] = the first n words, joined and as pieces; shared, never mutated
         self._defaults = [("".join(words[:n]), words[:n]) for n in range(default_reply_tokens + 1)]
+        # ... and their stream deltas, serialised once
+        deltas = [orjson.dumps({"content": word}) for word in words]
+        self._default_deltas = [deltas[:n] for n in range(default_reply_tokens + 1)]
         most = max(answers.REASONING_WORDS.values())
         self._thoughts = [f"think{i}" if i == 0 else f" think{i}" for i in range(most)]
 
@@ -170,8 +174,9 @@ class ReplyMaker:
         n = wanted if cap is None else min(cap, wanted)
         content, pieces = self._defaults[n]
         if chunk_chars is not None:
-            pieces = slices(content, chunk_chars)
-        return ChatReply(content, pieces, "length" if n < wanted else "stop", n)
+            return ChatReply(content, slices(content, chunk_chars), "length" if n < wanted else "stop", n)
+        finish = "length" if n < wanted else "stop"
+        return ChatReply(content, pieces, finish, n, content_deltas=self._default_deltas[n])
 
     def _text_reply(
         self, x_sim: dict[str, Any], messages: list[Any], cap: int | None, chunk_chars: int | None

@@ -54,7 +54,10 @@ def stream_plan(
         events.extend(
             opener + orjson.dumps({reasoning_key: piece}) + _CHOICE_TAIL for piece in reply.reasoning_pieces
         )
-        events.extend(opener + orjson.dumps({"content": piece}) + _CHOICE_TAIL for piece in reply.pieces)
+        deltas = reply.content_deltas
+        if deltas is None:
+            deltas = [orjson.dumps({"content": piece}) for piece in reply.pieces]
+        events.extend(opener + delta + _CHOICE_TAIL for delta in deltas)
         for index, call in enumerate(reply.tool_calls):
             first = {
                 "index": index,
