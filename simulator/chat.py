@@ -1,9 +1,10 @@
 """Deciding what the simulated model answers to a chat request, and the non-streamed shape.
 
-``x_sim`` (an object at the top level of the request body) steers the answer:
+Without ``x_sim`` the request itself decides (``tool_choice``, ``n``, ``response_format``,
+``stop``, reasoning: see ``simulator.answers``); the text is ``default_reply_tokens`` words
+``"tok0 tok1 ..."``. ``x_sim`` (an object at the top level of the request body) overrides that:
 
-- ``reply``: exact reply text; ``echo: true``: the text of the last user message; otherwise
-  ``default_reply_tokens`` words ``"tok0 tok1 ..."``.
+- ``reply``: exact reply text; ``echo: true``: the text of the last user message.
 - ``tool_calls: [{"name", "arguments": object|string, "id"?}]``: answer with exactly those
   calls (``finish_reason "tool_calls"``); ``tool_reply``: optional text before them.
 - ``chunk_chars``: stream content (default: one word per chunk) and tool-call arguments
@@ -14,7 +15,7 @@
   ``{"response": "..."}`` events, instead of the OpenAI shape Kimi uses.
 
 ``max_completion_tokens`` (else ``max_tokens``) caps the text reply, cutting it with
-``finish_reason "length"``; tool calls are never cut.
+``finish_reason "length"``; tool calls are never cut. ``n`` repeats an ``x_sim`` answer.
 """
 
 from __future__ import annotations
