@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import jsonschema
 import openai
 import pytest
@@ -316,3 +317,18 @@ async def test_kimi_context_window_is_enforced_with_the_upstream_error(kimi: ope
     assert body["code"] == "context_length_exceeded"
     fits = await kimi.chat.completions.create(model=KIMI, messages=user("hi"), max_tokens=200_000)
     assert fits.choices[0].finish_reason == "stop"
+
+
+async def test_kimi_on_the_workers_ai_paths(http: aiohttp.ClientSession) -> None:
+    async with Simulator(SimConfig(profiles=("kimi",))) as sim:
+        run = f"{sim.workers_ai_base_url}/accounts/acc/ai/run/{KIMI}"
+        async with http.post(run, json={"messages": user("hi"), "max_tokens": 12}) as resp:
+            result = (await resp.json())["result"]
+        assert result["choices"][0]["message"]["reasoning"].startswith("think0")
+        assert result["choices"][0]["message"]["content"] == "tok0 tok1 tok2 tok3"
+        assert result["usage"]["completion_tokens_details"] == {"reasoning_tokens": 8}
+        async with http.post(run, json={"messages": user("hi"), "max_tokens": 262_144}) as resp:
+            assert resp.status == 400
+            refused = await resp.json()
+        assert refused["success"] is False
+        assert "maximum context length of 262144 tokens" in refused["errors"][0]["message"]
