@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     dev = commands.add_parser("dev", help="run the gateway and a local upstream simulator")
     _config_arg(dev)
     dev.add_argument("--sim-port", type=int, default=8081)
+    dev.add_argument(
+        "--sim-profile",
+        default="kimi",
+        help="the simulator's server profile (kimi, generic, vllm, sglang, llama-server, llama-cpp-python)",
+    )
 
     commands.add_parser("sim", help="run the upstream simulator (see `tollgate sim --help`)", add_help=False)
 
@@ -78,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             return _serve(args.config, args.host, args.port, args.workers)
         if args.command == "dev":
-            return _dev(args.config, args.sim_port)
+            return _dev(args.config, args.sim_port, args.sim_profile)
         if args.command == "keys":
             return _keys_create(args.tenant, args.label, args.config, args.append)
         if args.command == "audit":
@@ -327,15 +332,18 @@ def _run_workers(config: GatewayConfig, host: str | None, port: int | None, work
         raise SystemExit(code)
 
 
-def _dev(config_path: str, sim_port: int) -> int:
+def _dev(config_path: str, sim_port: int, sim_profile: str) -> int:
     config = load_config(config_path)
     _ensure_dev_key(config_path, config)
-    sim = subprocess.Popen([sys.executable, "-m", "simulator", "--port", str(sim_port)])
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "simulator", "--port", str(sim_port), "--profile", sim_profile]
+    )
     try:
         _wait_healthy(f"http://127.0.0.1:{sim_port}/health", sim)
         server = config.server
         print(
-            f"\nGateway: http://{server.host}:{server.port}/v1  (upstream: simulator on port {sim_port})\n",
+            f"\nGateway: http://{server.host}:{server.port}/v1  "
+            f"(upstream: simulator on port {sim_port}, profile {sim_profile})\n",
             file=sys.stderr,
         )
         return _serve(config_path, None, None, None)

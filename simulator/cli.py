@@ -8,7 +8,9 @@ import os
 import signal
 from collections.abc import Callable
 
+from simulator.capacity import parse_spec
 from simulator.config import SimConfig
+from simulator.profiles import DEFAULT_PROFILE, PROFILES
 from simulator.server import Simulator
 
 
@@ -27,6 +29,22 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache-blocks", type=int, default=4096)
     parser.add_argument("--workers-ai-replicas", type=int, default=4)
     parser.add_argument("--default-reply-tokens", type=int, default=16)
+    parser.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        help=f"server profile, or one per replica comma-separated ({', '.join(PROFILES)})",
+    )
+    parser.add_argument(
+        "--cache-report",
+        action="store_true",
+        help="vllm/sglang: report cached tokens (--enable-prompt-tokens-details / --enable-cache-report)",
+    )
+    parser.add_argument(
+        "--capacity", default="", help="429 windows in seconds from the start: START-END[:CODE],..."
+    )
+    parser.add_argument("--capacity-repeat-s", type=float, default=None, help="the windows repeat this often")
+    parser.add_argument("--queue-polls", type=int, default=1, help="polls an async batch stays 'queued'")
+    parser.add_argument("--running-polls", type=int, default=1, help="then polls it stays 'running'")
     parser.add_argument(
         "--api-key", default=os.environ.get("TOLLGATE_SIM_API_KEY"), help="default: $TOLLGATE_SIM_API_KEY"
     )
@@ -49,7 +67,7 @@ async def _serve(config: SimConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with Simulator(config) as sim:
         for index, url in enumerate(sim.urls):
-            print(f"tollgate-sim replica {index}: {url}", flush=True)
+            print(f"tollgate-sim replica {index} ({config.replica_profile(index).name}): {url}", flush=True)
         await stop.wait()
 
 
@@ -68,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
             api_key=args.api_key or None,
             workers_ai_replicas=args.workers_ai_replicas,
             default_reply_tokens=args.default_reply_tokens,
+            profiles=tuple(p.strip() for p in args.profile.split(",")),
+            cache_report=args.cache_report,
+            capacity=parse_spec(args.capacity),
+            capacity_repeat_s=args.capacity_repeat_s,
+            queue_polls=args.queue_polls,
+            running_polls=args.running_polls,
         )
     except ValueError as exc:
         _parser().error(str(exc))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from simulator.capacity import CapacityWindow
+from simulator.profiles import DEFAULT_PROFILE, Profile, profile_named
+
 DEFAULT_MODELS: tuple[str, ...] = (
     "sim-model",
     "@cf/moonshotai/kimi-k2.6",
@@ -30,6 +33,16 @@ class SimConfig:
     workers_ai_replicas: int = 4  # internal replicas behind the single Workers AI endpoint
     default_reply_tokens: int = 16
     models: tuple[str, ...] = field(default=DEFAULT_MODELS)  # listed by GET /v1/models
+    # Server profile (simulator.profiles) of every replica, or one name per replica.
+    profiles: tuple[str, ...] = (DEFAULT_PROFILE,)
+    cache_report: bool = False  # vLLM --enable-prompt-tokens-details / SGLang --enable-cache-report
+    capacity: tuple[CapacityWindow, ...] = ()  # 429 windows, in seconds from the start
+    capacity_repeat_s: float | None = None  # the capacity schedule starts over this often
+    queue_polls: int = 1  # polls an async batch answers "queued" (while there is capacity)
+    running_polls: int = 1  # then polls it answers "running", then its result
+
+    def replica_profile(self, replica: int) -> Profile:
+        return profile_named(self.profiles[replica if len(self.profiles) > 1 else 0])
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.workers_ai_replicas < 1:
@@ -38,3 +51,11 @@ class SimConfig:
             raise ValueError("block_tokens must be >= 1; cache_blocks and default_reply_tokens >= 0")
         if self.prefill_s_per_token < 0 or self.decode_s_per_token < 0:
             raise ValueError("latencies must not be negative")
+        if len(self.profiles) not in (1, self.replicas):
+            raise ValueError("give one profile, or one per replica")
+        for name in self.profiles:
+            profile_named(name)  # raises ValueError for an unknown name
+        if self.queue_polls < 0 or self.running_polls < 0:
+            raise ValueError("queue_polls and running_polls must not be negative")
+        if self.capacity_repeat_s is not None and self.capacity_repeat_s <= 0:
+            raise ValueError("capacity_repeat_s must be positive")

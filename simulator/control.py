@@ -5,6 +5,8 @@
 - ``POST /_sim/replicas/{i}/down`` and ``.../up``: ``FaultPlan.down`` / ``up``.
 - ``GET /_sim/stats``: per-replica and per-Workers-AI-instance counters, request count.
 - ``GET /_sim/requests`` / ``DELETE /_sim/requests``: the recorded requests / forget them.
+- ``POST /_sim/capacity`` ``{"windows": [{"start_s", "end_s", "code"?}], "repeat_s"?}``: replace
+  the capacity schedule (its clock starts now); ``DELETE /_sim/capacity``: full capacity again.
 
 These paths need no API key and are not recorded.
 """
@@ -17,6 +19,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from simulator.capacity import parse_windows
 from simulator.state import SimState
 
 
@@ -37,6 +40,8 @@ def stats_document(state: SimState) -> dict[str, Any]:
         "workers_ai": [slot.stats.as_dict() for slot in state.workers_ai],
         "requests": len(state.requests),
         "down": [i for i, down in enumerate(state.down) if down],
+        "profiles": [profile.name for profile in state.profiles],
+        "capacity": state.capacity.as_dict(),
     }
 
 
@@ -85,7 +90,26 @@ def control_routes(state: SimState, serving_replica: int) -> list[web.RouteDef]:
         state.requests.clear()
         return _json({"ok": True})
 
+    async def set_capacity(request: web.Request) -> web.Response:
+        try:
+            body = orjson.loads(await request.read())
+            if not isinstance(body, dict):
+                raise ValueError("body must be a JSON object")
+            repeat_s = body.get("repeat_s")
+            if repeat_s is not None and (isinstance(repeat_s, bool) or not isinstance(repeat_s, int | float)):
+                raise ValueError("'repeat_s' must be a number")
+            state.capacity.set(parse_windows(body.get("windows")), repeat_s)
+        except ValueError as exc:
+            return _json({"error": str(exc)}, 400)
+        return _json({"ok": True})
+
+    async def clear_capacity(request: web.Request) -> web.Response:
+        state.capacity.clear()
+        return _json({"ok": True})
+
     return [
+        web.post("/_sim/capacity", set_capacity),
+        web.delete("/_sim/capacity", clear_capacity),
         web.post("/_sim/faults", set_fault),
         web.delete("/_sim/faults", clear_faults),
         web.post(r"/_sim/replicas/{replica:\d+}/{action:down|up}", switch_replica),

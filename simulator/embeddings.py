@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from simulator.chat import BadRequest
+from simulator.answers import BadRequest
 from simulator.tokens import count_bytes_tokens
 
 DEFAULT_DIMENSIONS = 8

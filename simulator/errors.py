@@ -40,8 +40,16 @@ def _phrase(status: int) -> str:
         return "Error"
 
 
-def error_body(fmt: ErrorFormat, status: int, message: str | None = None, code: int | None = None) -> bytes:
-    """The JSON error document for ``status``; ``code`` is the Workers AI internal code."""
+def error_body(
+    fmt: ErrorFormat,
+    status: int,
+    message: str | None = None,
+    code: int | None = None,
+    param: str | None = None,
+    code_text: str | None = None,
+) -> bytes:
+    """The JSON error document for ``status``; ``code`` is the Workers AI internal code,
+    ``param`` and ``code_text`` the OpenAI error's ``param`` and ``code``."""
     text = message or _phrase(status)
     if fmt is ErrorFormat.WORKERS_AI:
         if code is None:
@@ -50,8 +58,9 @@ def error_body(fmt: ErrorFormat, status: int, message: str | None = None, code: 
             {"result": None, "success": False, "errors": [{"code": code, "message": text}], "messages": []}
         )
     error_type = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    code_text = str(code) if code is not None else _OPENAI_CODES.get(status)
-    return orjson.dumps({"error": {"message": text, "type": error_type, "param": None, "code": code_text}})
+    if code_text is None:
+        code_text = str(code) if code is not None else _OPENAI_CODES.get(status)
+    return orjson.dumps({"error": {"message": text, "type": error_type, "param": param, "code": code_text}})
 
 
 def format_retry_after(seconds: float) -> str:
@@ -65,11 +74,13 @@ def error_response(
     message: str | None = None,
     code: int | None = None,
     retry_after: float | None = None,
+    param: str | None = None,
+    code_text: str | None = None,
 ) -> web.Response:
     headers = {"Retry-After": format_retry_after(retry_after)} if retry_after is not None else None
     return web.Response(
         status=status,
-        body=error_body(fmt, status, message, code),
+        body=error_body(fmt, status, message, code, param, code_text),
         content_type="application/json",
         headers=headers,
     )

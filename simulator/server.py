@@ -9,6 +9,7 @@ from typing import Self
 
 from aiohttp import web
 
+from simulator.capacity import CapacitySchedule
 from simulator.config import SimConfig
 from simulator.faults import FaultPlan
 from simulator.handlers import ReplicaApp
@@ -82,6 +83,11 @@ class Simulator:
     def faults(self) -> FaultPlan:
         """Server-level faults; see ``FaultPlan``."""
         return self._state.faults
+
+    @property
+    def capacity(self) -> CapacitySchedule:
+        """The 429 windows in force; ``capacity.set([...])`` / ``capacity.clear()``."""
+        return self._state.capacity
 
     def clear(self) -> None:
         """Forget the recorded requests (caches and counters are kept)."""

@@ -7,11 +7,10 @@ from typing import Any
 
 import orjson
 
-from simulator.chat import ChatReply, slices
+from simulator.chat import ChatReply, Rendering, choice_extras, slices
 
 DONE = b"data: [DONE]\n\n"
 MALFORMED = b"data: {not json\n\n"
-_CHOICE_HEAD = b'[{"index":0,"delta":'
 _CHOICE_TAIL = b',"finish_reason":null,"logprobs":null}]}\n\n'
 
 
@@ -24,9 +23,16 @@ class StreamPlan:
 
 
 def stream_plan(
-    reply: ChatReply, completion_id: str, created: int, model: str, usage: dict[str, Any] | None
+    choices: list[ChatReply],
+    completion_id: str,
+    created: int,
+    model: str,
+    usage: dict[str, Any] | None,
+    rendering: Rendering,
+    timings: dict[str, Any] | None = None,
 ) -> StreamPlan:
-    """Role chunk, content/tool-call deltas, finish chunk, optional usage chunk, ``[DONE]``."""
+    """Per choice: role chunk, reasoning/content/tool-call deltas, finish chunk; then the optional
+    usage chunk (``timings`` rides on it, or on the last finish chunk), then ``[DONE]``."""
     # Every chunk shares this prefix; serialise it once instead of a dict per chunk.
     head = b"".join(
         (
@@ -39,26 +45,47 @@ def stream_plan(
             b',"choices":',
         )
     )
-    opener = head + _CHOICE_HEAD
-    role_content = None if reply.tool_calls and not reply.pieces else ""
-    events = [opener + orjson.dumps({"role": "assistant", "content": role_content}) + _CHOICE_TAIL]
-    events.extend(opener + orjson.dumps({"content": piece}) + _CHOICE_TAIL for piece in reply.pieces)
-    for index, call in enumerate(reply.tool_calls):
-        first = {
-            "index": index,
-            "id": call.id,
-            "type": "function",
-            "function": {"name": call.name, "arguments": ""},
-        }
-        events.append(opener + orjson.dumps({"tool_calls": [first]}) + _CHOICE_TAIL)
-        for fragment in slices(call.arguments, reply.argument_chunk_chars):
-            delta = {"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}
-            events.append(opener + orjson.dumps(delta) + _CHOICE_TAIL)
+    events: list[bytes] = []
+    reasoning_key = rendering.reasoning_field
+    for choice_index, reply in enumerate(choices):
+        opener = head + b'[{"index":' + str(choice_index).encode() + b',"delta":'
+        role_content = None if reply.tool_calls and not reply.pieces else ""
+        events.append(opener + orjson.dumps({"role": "assistant", "content": role_content}) + _CHOICE_TAIL)
+        events.extend(
+            opener + orjson.dumps({reasoning_key: piece}) + _CHOICE_TAIL for piece in reply.reasoning_pieces
+        )
+        deltas = reply.content_deltas
+        if deltas is None:
+            deltas = [orjson.dumps({"content": piece}) for piece in reply.pieces]
+        events.extend(opener + delta + _CHOICE_TAIL for delta in deltas)
+        for index, call in enumerate(reply.tool_calls):
+            first = {
+                "index": index,
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }
+            events.append(opener + orjson.dumps({"tool_calls": [first]}) + _CHOICE_TAIL)
+            for fragment in slices(call.arguments, reply.argument_chunk_chars):
+                delta = {"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}
+                events.append(opener + orjson.dumps(delta) + _CHOICE_TAIL)
+        extras = choice_extras(reply, rendering)
+        finish = b"".join(
+            (
+                b',"finish_reason":',
+                orjson.dumps(reply.finish_reason),
+                b',"logprobs":null',
+                orjson.dumps(extras)[1:-1].join((b",", b"")) if extras else b"",
+                b"}]",
+            )
+        )
+        events.append(opener + b"{}" + finish + b"}\n\n")
     token_events = len(events) - 1
-    finish = b',"finish_reason":' + orjson.dumps(reply.finish_reason) + b',"logprobs":null}]}\n\n'
-    events.append(opener + b"{}" + finish)
     if usage is not None:
-        events.append(head + b'[],"usage":' + orjson.dumps(usage) + b"}\n\n")
+        tail = b',"timings":' + orjson.dumps(timings) if timings is not None else b""
+        events.append(head + b'[],"usage":' + orjson.dumps(usage) + tail + b"}\n\n")
+    elif timings is not None:
+        events[-1] = events[-1][: -len(b"}\n\n")] + b',"timings":' + orjson.dumps(timings) + b"}\n\n"
     events.append(DONE)
     return StreamPlan(events, token_events)
 

@@ -8,6 +8,8 @@ import random
 import zlib
 from dataclasses import dataclass, field
 
+from simulator.async_queue import AsyncQueue
+from simulator.capacity import CapacitySchedule
 from simulator.chat import ReplyMaker
 from simulator.config import SimConfig
 from simulator.faults import FaultPlan
@@ -41,6 +43,12 @@ class SimState:
         # replica down lets these finish their answer and closes the idle ones at once.
         self.busy: list[set[object]] = [set() for _ in range(config.replicas)]
         self.replies = ReplyMaker(config.default_reply_tokens)
+        self.profiles = [config.replica_profile(i) for i in range(config.replicas)]
+        # Serial profiles: one request at a time, and the prefill blocks the replica's other routes.
+        self.serial = [asyncio.Lock() for _ in range(config.replicas)]
+        self.prefill_gates = [asyncio.Lock() for _ in range(config.replicas)]
+        self.capacity = CapacitySchedule(config.capacity, config.capacity_repeat_s)
+        self.queue = AsyncQueue(config.queue_polls, config.running_polls)
         self.rng = random.Random()
         self.stopping = asyncio.Event()
         self._ids = itertools.count(1)

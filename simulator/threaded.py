@@ -7,6 +7,7 @@ import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
+from simulator.capacity import CapacitySchedule
 from simulator.faults import FaultPlan
 from simulator.recording import RecordedRequest
 
@@ -75,6 +76,10 @@ class RunningSimulator:
     @property
     def faults(self) -> FaultPlan:
         return self.simulator.faults
+
+    @property
+    def capacity(self) -> CapacitySchedule:
+        return self.simulator.capacity
 
     def clear(self) -> None:
         self.simulator.clear()

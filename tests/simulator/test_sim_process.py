@@ -96,3 +96,21 @@ def test_thread_helper_for_sync_tests() -> None:
         assert [r.status for r in running.requests] == [200, 429, 200]
         assert running.replica_stats()[1]["requests"] == 1
     running.stop()  # idempotent
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--profile", "tgi"], "unknown profile"),
+        (["--replicas", "3", "--profile", "vllm,sglang"], "one per replica"),
+        (["--capacity", "20-10"], "bad capacity window"),
+        (["--capacity", "1-2:404"], "bad capacity window"),
+    ],
+)
+def test_cli_rejects_bad_profiles_and_capacity(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        simulator.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
