@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--workers", type=int)
+    serve.add_argument(
+        "--first-key",
+        action="store_true",
+        help="with no key configured, mint one into keys_file and print it once (a container's first start)",
+    )
 
     dev = commands.add_parser("dev", help="run the gateway and a local upstream simulator")
     _config_arg(dev)
@@ -76,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if args.command == "serve":
+            if args.first_key:
+                _ensure_first_key(args.config, load_config(args.config), label="first")
             return _serve(args.config, args.host, args.port, args.workers)
         if args.command == "dev":
             return _dev(args.config, args.sim_port)
@@ -307,7 +314,7 @@ def _run_workers(config: GatewayConfig, host: str | None, port: int | None, work
 
 def _dev(config_path: str, sim_port: int) -> int:
     config = load_config(config_path)
-    _ensure_dev_key(config_path, config)
+    _ensure_first_key(config_path, config, label="dev")
     sim = subprocess.Popen([sys.executable, "-m", "simulator", "--port", str(sim_port)])
     try:
         _wait_healthy(f"http://127.0.0.1:{sim_port}/health", sim)
@@ -322,13 +329,14 @@ def _dev(config_path: str, sim_port: int) -> int:
         sim.wait(timeout=10)
 
 
-def _ensure_dev_key(config_path: str, config: GatewayConfig) -> None:
+def _ensure_first_key(config_path: str, config: GatewayConfig, label: str) -> None:
+    """With no key anywhere, mint one for the first tenant into the keys file and show it once."""
     if config.keys or not config.keys_file:
         return
     tenant = next(iter(config.tenants))
     keys_file = Path(config_path).parent / config.keys_file
     key = generate_key()
-    append_key(keys_file, key_entry(tenant, hash_key(key), "dev"))
+    append_key(keys_file, key_entry(tenant, hash_key(key), label))
     print(
         f"\nCreated an API key for tenant {tenant!r} (shown once; only its hash is kept in {keys_file}):\n\n"
         f"    {key}\n",
