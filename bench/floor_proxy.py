@@ -1,8 +1,8 @@
 """The floor: a bare ASGI proxy with no checks, to measure the gateway against on the same machine.
 
 Read the body, orjson-parse it, set `model`, re-serialise, POST it upstream with one
-aiohttp session per worker, return the body. What
-/work/shared/reference/python-proxy-floor.md describes; the overhead benchmark runs it as
+aiohttp session per worker, return the body (docs/benchmarks.md, "The floor", has what it
+does on this machine); the overhead benchmark runs it as
 `python -m bench.floor_proxy --upstream URL --port P --workers N` with the gateway's
 uvicorn settings (uvloop, httptools, no access log), so that "how far is the gateway from
 the floor" is measured in the same run rather than taken from another day's table.

@@ -1,7 +1,8 @@
 """One structured line per finished request: what happened, never what was said.
 
 The record carries ids, tenant, model, upstream, status, timings and token counts; no
-message text, no key, no header value other than the request id.
+message text, no key, no header value other than the request id, and the id the upstream was
+sent for it (derived from it): the link between the client's logs and the upstream's.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ class AccessLog:
             "request",
             {
                 "request_id": exchange.request_id,
+                "upstream_request_id": exchange.upstream_request_id if exchange.attempts else None,
                 "tenant": principal.tenant.name if principal else None,
                 "key_id": principal.key_id if principal else None,
                 "endpoint": exchange.endpoint.value,
                 "model": exchange.model_alias or None,
                 "upstream": last.upstream if last else None,
                 "upstream_model": last.model if last else None,
+                "replica": last.replica if last else None,  # index in the upstream's `replicas`
                 "attempts": len(exchange.attempts),
                 "stream": exchange.stream,
                 "status": exchange.status,
@@ -47,5 +50,6 @@ class AccessLog:
                 "prompt_tokens": usage.prompt_tokens,
                 "cached_tokens": usage.cached_tokens,
                 "completion_tokens": usage.completion_tokens,
+                "usage_source": usage.source,
             },
         )

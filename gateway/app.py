@@ -20,6 +20,7 @@ from gateway.audit.queued_sink import QueuedSink
 from gateway.config import (
     GatewayConfig,
     PolicyConfig,
+    StateConfig,
     config_path_from_env,
     load_config,
     metrics_dir_from_env,
@@ -29,20 +30,26 @@ from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
 from gateway.keys import KeyRing, key_id
+from gateway.metering.counted import CountedUsage
+from gateway.metering.idempotency import IdempotencyOnly
 from gateway.metering.parts import metering_parts, state_config
+from gateway.metering.produced import ProducedText
 from gateway.pipeline import Finisher, Pipeline, Stage
 from gateway.policy.cache import DecisionCache
 from gateway.ports import AuditSink, PolicyEngine
 from gateway.redaction.guard import RedactionGuard
 from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
+from gateway.request_ids import UpstreamIds
 from gateway.routing.probes import HealthProber
+from gateway.routing.readiness import upstream_readiness
 from gateway.routing.upstream_route import build_routes, probe_targets
 from gateway.stages.admit import Admit
 from gateway.stages.decide import Decide
 from gateway.stages.redact import Redact
 from gateway.stages.route import Route
 from gateway.tools.context_cap import ContextCap
+from gateway.tools.image_urls import ImageDestinations
 from gateway.tools.offer import ToolOffer
 from gateway.tools.response_guard import ToolCallGuard
 from telemetry.setup import build_telemetry
@@ -121,18 +128,39 @@ def build_services(
         decide = [decide_from(config.policy, engine, config, audit, band)] if config.policy and engine else []
         redaction_counters = RedactionCounters()
         redact = Redact(redaction or RedactionSettings.from_config(config), redaction_counters)
-        meter = [metering.meter] if metering else []
-        stages: list[Stage] = [admit, *decide, redact, ToolOffer(), ContextCap(), *meter, route]
-        # Settle first, so the access log and the audit record see the settled request.
+        # Without metering, Idempotency-Key is still honoured, on the embedded store.
+        embedded = StateConfig()
+        keys_only = (
+            None
+            if metering
+            else IdempotencyOnly(
+                lambda: build_state_store(embedded), config.metering.idempotency_ttl_s, embedded.lease_s
+            )
+        )
+        meter: list[Stage] = [metering.meter] if metering else [keys_only] if keys_only else []
+        stages: list[Stage] = [
+            admit,
+            *decide,
+            redact,
+            ToolOffer(),
+            ImageDestinations(),
+            ContextCap(),
+            *meter,
+            route,
+        ]
+        # The gateway's count of usage the upstream did not report first, then settle, so the
+        # access log and the audit record see the settled request.
         finishers: list[Finisher] = [
-            *([metering.settle] if metering else []),
+            CountedUsage(),
+            *([metering.settle] if metering else [keys_only] if keys_only else []),
             *([AccessLog()] if config.server.access_log else []),
             *([AuditCompletion(audit)] if audit else []),
         ]
         # Redaction before the tool-call guard: restored arguments are what get checked.
+        redaction_guard = RedactionGuard(redaction_counters)
         guards: list[ResponseGuard] = [
-            *([metering.produced] if metering else []),
-            RedactionGuard(redaction_counters),
+            ProducedText(),
+            redaction_guard,
             ToolCallGuard(),
             UsageGuard(),
         ]
@@ -146,12 +174,7 @@ def build_services(
             metrics_dir=metrics_dir_from_env(),
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
-        pipeline = Pipeline(stages, forwarder, guards, finishers)
-
-        async def upstream_health() -> dict[str, bool]:
-            names = list(upstreams)
-            results = await asyncio.gather(*(upstreams[n].check_health() for n in names))
-            return dict(zip(names, results, strict=True))
+        pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
 
         async def close() -> None:
             await telemetry.aclose()  # first: its last export still reads the state store (budgets)
@@ -163,6 +186,8 @@ def build_services(
                 await engine.aclose()
             if metering is not None:
                 await metering.aclose()
+            if keys_only is not None:
+                await keys_only.aclose()
 
         prober.start()  # last: a start that failed above leaves no background task behind
         telemetry.metrics.start()
@@ -170,13 +195,14 @@ def build_services(
             pipeline=pipeline,
             authenticate=admit.authenticate,
             models_for=lambda principal: route.aliases_for(principal.tenant.models),
-            upstream_health=upstream_health,
+            upstream_health=lambda: upstream_readiness(routes),
             max_body_bytes=config.server.max_body_bytes,
             request_timeout_s=config.server.request_timeout_s,
             close=close,
             admin_spend=metering.admin.spend if metering and metering.admin else None,
             tracer=telemetry.tracer,
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
+            upstream_ids=UpstreamIds(key.encode() if (key := config.server.request_id_key) else None),
         )
 
     return build

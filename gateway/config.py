@@ -47,16 +47,23 @@ class ServerConfig(_Strict):
     request_timeout_s: float = Field(600.0, gt=0)
     access_log: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Key of the UUID sent upstream as a request's id (derived from the request id, never the
+    # client's text). The same on every replica: the same id upstream; unset: random per process.
+    request_id_key: str | None = Field(None, min_length=16)
 
 
 class TimeoutsConfig(_Strict):
     connect_s: float = Field(5.0, gt=0)
-    # Until the upstream starts answering (headers of a stream, whole body otherwise is bounded by
-    # the request deadline).
+    # Until a stream's first event (its head included): the head comes at once, the event after prefill.
     first_byte_s: float = Field(60.0, gt=0)
+    # Until the response head of every request. A non-streamed answer's head comes after the whole
+    # generation, so this must exceed the longest non-streamed generation served; a hung upstream
+    # fails over to the next candidate after it rather than at the request deadline.
+    response_headers_s: float = Field(300.0, gt=0)
     # Longest silence allowed between two chunks of a stream.
     between_chunks_s: float = Field(60.0, gt=0)
-    # Added to first_byte_s per thousand (estimated) prompt tokens: long prompts are slow to start.
+    # Added to first_byte_s and response_headers_s per thousand (estimated) prompt tokens: long
+    # prompts are slow to start.
     first_byte_per_1k_tokens_s: float = Field(0.25, ge=0)
 
 
@@ -69,6 +76,12 @@ class HealthConfig(_Strict):
     # Seconds between active probes of each replica; 0 turns them off. Unset: 5 for a pool of
     # replicas, off for a single endpoint (its circuit's trial request does the probing).
     probe_interval_s: float | None = Field(None, ge=0)
+    probe_timeout_s: float = Field(5.0, gt=0)  # a probe unanswered for this long has failed...
+    probe_failures: int = Field(3, ge=1)  # ...and this many consecutive failed probes open the circuit
+    # A replica with requests in flight, or that answered one this recently, is busy, not down:
+    # servers that serve one request at a time leave their health route waiting meanwhile, so
+    # only a refused connection then counts against it (its requests have their own timeouts).
+    busy_grace_s: float = Field(30.0, ge=0)
 
 
 class _UpstreamBase(_Strict):
@@ -77,6 +90,10 @@ class _UpstreamBase(_Strict):
     retries: int = Field(2, ge=0, le=10)  # more attempts on this upstream (other replicas) after a failure
     max_retry_wait_s: float = Field(2.0, ge=0)  # the longest Retry-After the gateway waits out itself
     health: HealthConfig = HealthConfig()
+    # The header that carries the request's id to this upstream (None: not sent), and its form:
+    # uuid (8-4-4-4-12) or gateway (req_ and 32 hex digits). Never the client's X-Request-ID.
+    request_id_header: str | None = Field("x-request-id", pattern=r"^[A-Za-z0-9-]+$")
+    request_id_format: Literal["uuid", "gateway"] = "uuid"
 
 
 class OpenAICompatUpstream(_UpstreamBase):
@@ -231,12 +248,21 @@ class StateConfig(_Strict):
         return self
 
 
+class ImageTokensConfig(_Strict):
+    """How many input tokens an image part is estimated at (gateway/metering/images.py)."""
+
+    patch_px: int = Field(28, ge=1)  # one token per patch_px x patch_px square of the image
+    max_per_image: int = Field(16_384, ge=1)  # and at most this many (an image URL: exactly this)
+
+
 class MeteringConfig(_Strict):
     default_max_tokens: int = Field(4096, ge=1)  # output cap when neither client nor policy sets one
     # When a hard budget cannot cover even this many output tokens, the request is refused.
     min_max_tokens: int = Field(16, ge=1)
     idempotency_ttl_s: float = Field(86_400.0, gt=0)  # how long a response is kept for replays
     band_cache_s: float = Field(1.0, ge=0)  # how long a budget band read for the policy is reused
+    image_tokens: ImageTokensConfig = ImageTokensConfig()  # the rule for models not named below
+    image_tokens_by_model: dict[str, ImageTokensConfig] = {}  # upstream model id -> its rule
 
 
 class AdminConfig(_Strict):

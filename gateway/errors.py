@@ -8,12 +8,13 @@
     ├── NotFound              404     unknown model alias or path
     ├── MethodNotAllowed      405
     ├── PayloadTooLarge       413     body over the configured limit
+    ├── UnsupportedMediaType  415     a Content-Encoding the gateway does not decode
     ├── IdempotencyConflict   409     a request with this Idempotency-Key is still in flight
     ├── QuotaExceeded         429     a hard budget cannot cover the request (insufficient_quota)
     ├── RateLimitExceeded     429     a requests or tokens per minute limit (with Retry-After)
     ├── StateStoreUnavailable 503     budgets and limits cannot be checked (fail closed)
     ├── UpstreamError         502     the upstream answered with something unusable
-    │   ├── UpstreamRejected  4xx     the upstream refused the request itself (not retryable)
+    │   ├── UpstreamRejected  4xx     an upstream refused the request (its 400/413/422; type upstream_error)
     │   ├── UpstreamUnavailable 503   connection refused, overloaded, out of capacity
     │   └── UpstreamTimeout   504     no answer within the time allowed
     ├── AuditWriteFailed      503     a mandatory decision log could not be written
@@ -49,6 +50,7 @@ __all__ = [
     "RedactionFailed",
     "SensitiveDataBlocked",
     "StateStoreUnavailable",
+    "UnsupportedMediaType",
     "UpstreamError",
     "UpstreamRejected",
     "UpstreamTimeout",
@@ -135,14 +137,20 @@ class PayloadTooLarge(GatewayError):
     code = "request_too_large"
 
 
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_media_type"
+
+
 class UpstreamError(GatewayError):
-    """The upstream failed. `retryable` says whether another attempt may succeed."""
+    """The upstream failed. `retryable` says whether another attempt on the same upstream may
+    succeed; whatever it says, the next candidate may still be tried."""
 
     status = 502
     type = "api_error"
     code = "upstream_error"
     retryable = False  # the same upstream may succeed if asked again
-    client_fault = False  # the request itself is at fault: no other upstream would take it
 
     def __init__(
         self,
@@ -166,12 +174,17 @@ class UpstreamError(GatewayError):
 
 
 class UpstreamRejected(UpstreamError):
-    """The upstream refused this request as such (bad parameters, plan, quota): not retryable."""
+    """An upstream refused the request the gateway accepted (its 400, 413 or 422).
+
+    The client may be at fault, or only that server (a parameter, header or size another
+    server takes): its own type and code tell the two apart from the gateway's own
+    invalid_request_error. Not retried on the same upstream, whose replicas run alike; the
+    next candidate, if any, is tried. The status stays a 4xx: the request as sent was refused.
+    """
 
     status = 400
-    type = "invalid_request_error"
+    type = "upstream_error"
     code = "upstream_rejected"
-    client_fault = True
 
 
 class UpstreamUnavailable(UpstreamError):

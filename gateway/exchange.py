@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.tracing import NO_TRACE, RequestTrace
 
 if TYPE_CHECKING:
+    from gateway.metering.idempotency import IdempotencyHold
     from gateway.metering.ticket import MeterTicket
     from gateway.policy.decision import Decision
     from gateway.redaction.state import RedactionState
@@ -66,6 +67,14 @@ class Usage:
     cached_tokens: int = 0  # subset of prompt_tokens served from a prefix cache
     reasoning_tokens: int = 0  # subset of completion_tokens
     reported: bool = False  # True once an upstream reported usage
+    counted: bool = False  # True when the upstream reported none and the gateway counted it itself
+
+    @property
+    def source(self) -> str | None:
+        """Where the counts come from: "reported" (the upstream), "counted" (the gateway), or None."""
+        if self.reported:
+            return "reported"
+        return "counted" if self.counted else None
 
     @classmethod
     def from_openai(cls, usage: Mapping[str, Any]) -> Usage:
@@ -101,7 +110,7 @@ class Attempt:
 
 @dataclass(slots=True)
 class Exchange:
-    request_id: str
+    request_id: str  # the client's X-Request-ID (client text), or one the gateway minted
     endpoint: Endpoint
     received_at: float  # time.monotonic()
     deadline: float  # time.monotonic() by which the response must be complete
@@ -120,6 +129,7 @@ class Exchange:
     candidates: list[Candidate] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    produced_chars: int = 0  # generated text relayed (content, reasoning, tool-call arguments)
     response_model: str | None = None
     finish_reasons: list[str] = field(default_factory=list)
     status: int = 0
@@ -130,9 +140,11 @@ class Exchange:
     tool_calls_blocked: int = 0  # model-emitted tool calls the tool-call guard kept from the client
     tool_stream: ToolCallStream | None = None  # the tool-call guard's state for a streamed response
     meter: MeterTicket | None = None  # set by the meter stage: the reservation the settle finisher closes
+    idempotency: IdempotencyHold | None = None  # the Idempotency-Key this request claimed, closed after it
     replay_body: bytes | None = None  # a stored response to send rather than call upstream (Idempotency-Key)
     response_body: bytes | None = None  # the non-streamed response as sent, set by the HTTP edge
     trace: RequestTrace = NO_TRACE  # set by the HTTP edge: spans, and the traceparent sent upstream
+    upstream_request_id: str = ""  # set by the HTTP edge: the UUID upstreams get (request_ids.py)
 
     @property
     def tenant(self) -> Tenant | None:

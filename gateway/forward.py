@@ -1,4 +1,4 @@
-"""forward: attempts until one succeeds, the deadline passes, or the request itself is at fault.
+"""forward: attempts until one succeeds, the deadline passes, or every candidate has failed.
 
 Candidates are tried in order. For each, the upstream's pool chooses the replica (session
 affinity, load, health); a retryable failure gets up to `retries` more attempts on other
@@ -60,7 +60,7 @@ class _LeasedStream:
         finally:
             pool, self._pool = self._pool, None
             if pool is not None:
-                pool.release(self._replica)
+                pool.release(self._replica, answered=True)
 
 
 @dataclass(slots=True)
@@ -134,8 +134,6 @@ class Forwarder:
                     try:
                         return await send(shared, route, candidate, replica, now)
                     except UpstreamError as exc:
-                        if exc.client_fault:
-                            raise
                         last = exc
                         if not route.policy.may_retry(exc, made):
                             break
@@ -187,14 +185,17 @@ class Forwarder:
     ) -> UpstreamRequest:
         exchange = shared.exchange
         remaining = exchange.deadline - now
+        policy = route.policy
+        headers_timeout = min(policy.response_headers_timeout(shared.prompt_tokens), remaining)
         return UpstreamRequest(
             endpoint=exchange.endpoint,
             model=candidate.model,
             body=shared.body,
             stream=exchange.stream,
-            request_id=exchange.request_id,
+            request_id=exchange.upstream_request_id,
             deadline=exchange.deadline,
-            first_byte_timeout=min(route.policy.first_byte_timeout(shared.prompt_tokens), remaining),
+            first_byte_timeout=min(policy.first_byte_timeout(shared.prompt_tokens), remaining),
+            headers_timeout=headers_timeout,
             session_key=exchange.session_key,
             replica=replica,
             # _begin has just appended this attempt; its span starts here and is its traceparent's parent

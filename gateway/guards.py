@@ -7,9 +7,14 @@ hold back or drop chunks, and release what it held when the stream ends. Later g
 
 from __future__ import annotations
 
+import time
 from typing import Any, Protocol
 
-from gateway.exchange import Exchange, Usage
+import orjson
+
+from gateway.errors import GatewayError
+from gateway.exchange import Endpoint, Exchange, Usage
+from gateway.metering.counted import settle_usage
 from gateway.ports import Chunk
 
 
@@ -21,14 +26,27 @@ class ResponseGuard(Protocol):
     def on_end(self, exchange: Exchange) -> list[Chunk]: ...
 
 
+class ErrorGuard(Protocol):
+    """Sees the text of an upstream's error before the client does (an upstream's message may
+    quote the request); may rewrite `error.message` in place, or raise a GatewayError instead."""
+
+    def on_error(self, exchange: Exchange, error: GatewayError) -> None: ...
+
+
 class UsageGuard:
     """Records usage, the response model and finish reasons; hides the usage chunk the
-    gateway asked for on the client's behalf when the client did not ask for it."""
+    gateway asked for on the client's behalf when the client did not ask for it.
+
+    When the upstream reports no usage, the client still gets it in OpenAI's format, from the
+    gateway's own count: in the body of a non-streamed answer, and in a last usage chunk of a
+    stream whose client asked for one (`stream_options.include_usage`)."""
 
     def on_response(self, exchange: Exchange, body: dict[str, Any]) -> None:
         usage = body.get("usage")
         if isinstance(usage, dict):
             exchange.usage = Usage.from_openai(usage)
+        else:
+            body["usage"] = openai_usage(settle_usage(exchange), exchange.endpoint)
         model = body.get("model")
         if isinstance(model, str):
             exchange.response_model = model
@@ -60,4 +78,27 @@ class UsageGuard:
         return [chunk]
 
     def on_end(self, exchange: Exchange) -> list[Chunk]:
-        return []
+        if exchange.usage.reported:
+            return []
+        usage = settle_usage(exchange)
+        if not exchange.client_wants_usage:
+            return []
+        data = {
+            "id": f"chatcmpl-{exchange.request_id}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": exchange.response_model or exchange.model_alias,
+            "choices": [],
+            "usage": openai_usage(usage, exchange.endpoint),
+        }
+        return [Chunk(orjson.dumps(data), data)]
+
+
+def openai_usage(usage: Usage, endpoint: Endpoint) -> dict[str, int]:
+    if endpoint is Endpoint.EMBEDDINGS:
+        return {"prompt_tokens": usage.prompt_tokens, "total_tokens": usage.prompt_tokens}
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+    }

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
+import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -26,11 +28,12 @@ from gateway.errors import (
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    UnsupportedMediaType,
 )
 from gateway.exchange import Endpoint, Exchange, Principal
 from gateway.logs import flush_logs
 from gateway.pipeline import Pipeline
-from gateway.request_ids import request_id_from
+from gateway.request_ids import UpstreamIds, request_id_from
 from gateway.tracing import CORRELATION, NO_TRACER, Correlation, Tracer
 
 logger = logging.getLogger("tollgate.http")
@@ -46,6 +49,8 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
+# zlib window bits: gzip framing, and zlib framing (what HTTP calls deflate)
+_INFLATE_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 _MODEL_PATHS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/embeddings": Endpoint.EMBEDDINGS}
 
 
@@ -60,7 +65,7 @@ class Services:
     pipeline: Pipeline
     authenticate: Callable[[str | None], Principal]
     models_for: Callable[[Principal], list[str]]
-    upstream_health: Callable[[], Awaitable[dict[str, bool]]]
+    upstream_health: Callable[[], Awaitable[dict[str, Any]]]  # /readyz's upstream section
     max_body_bytes: int
     request_timeout_s: float
     close: Callable[[], Awaitable[None]]
@@ -69,6 +74,8 @@ class Services:
     tracer: Tracer = NO_TRACER
     # GET /metrics: (accept header) -> (page, content type); None: no metrics endpoint
     metrics: Callable[[str], Awaitable[tuple[bytes, str]]] | None = None
+    # request id -> the UUID sent upstream (request_ids.py)
+    upstream_ids: Callable[[str], str] = field(default_factory=UpstreamIds)
 
 
 class GatewayASGI:
@@ -130,8 +137,15 @@ class GatewayASGI:
                 _require(method, "GET", path)
                 page, content_type = await services.metrics(headers.get("accept", ""))
                 await _send_page(send, page, content_type, request_id)
-            elif path == "/admin/spend" and services.admin_spend is not None:
+            elif path == "/admin/spend":
                 _require(method, "GET", path)
+                if services.admin_spend is None:
+                    raise NotFound(
+                        "Spend reporting is not enabled on this gateway: /admin/spend needs an `admin:` "
+                        "block (operator token hashes) and metering (a `state:` block, or any budget or "
+                        "rate limit).",
+                        code="admin_spend_not_configured",
+                    )
                 query = scope.get("query_string", b"").decode("latin-1")
                 body = await services.admin_spend(headers.get("authorization"), query)
                 await _send_json(send, 200, body, request_id)
@@ -149,8 +163,7 @@ class GatewayASGI:
         if self._draining:
             await _send_json(send, 503, b'{"status":"draining"}', request_id)
             return
-        health = await services.upstream_health()
-        body = {"status": "ready", "upstreams": {name: "up" if ok else "down" for name, ok in health.items()}}
+        body = {"status": "ready", **await services.upstream_health()}
         await _send_json(send, 200, orjson.dumps(body), request_id)
 
     async def _model_call(
@@ -167,15 +180,20 @@ class GatewayASGI:
             request_id=request_id,
             endpoint=endpoint,
             received_at=now,
-            deadline=now + _timeout(headers, services.request_timeout_s),
+            deadline=now + services.request_timeout_s,
             headers=headers,
             raw_body=b"",
+            upstream_request_id=services.upstream_ids(request_id),
         )
         pipeline = services.pipeline
         exchange.trace = trace = services.tracer.begin(exchange)
         correlation = CORRELATION.set(Correlation(request_id, trace))
         try:
-            exchange.raw_body = await _read_body(receive, headers, services.max_body_bytes)
+            if "x-request-timeout" in headers:
+                exchange.deadline = now + _timeout(headers["x-request-timeout"], services.request_timeout_s)
+            exchange.raw_body = _decoded(
+                await _read_body(receive, headers, services.max_body_bytes), headers, services.max_body_bytes
+            )
             await pipeline.prepare(exchange)
             if exchange.replay_body is not None:  # an Idempotency-Key's stored response
                 exchange.status = 200
@@ -281,16 +299,45 @@ def _too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"The request body exceeds the gateway's limit of {limit} bytes.")
 
 
-def _timeout(headers: dict[str, str], configured: float) -> float:
+def _timeout(value: str, configured: float) -> float:
     """The client may ask for a shorter deadline than configured, never a longer one."""
-    value = headers.get("x-request-timeout")
-    if value is None:
-        return configured
     try:
         asked = float(value)
     except ValueError:
-        return configured
-    return min(asked, configured) if asked > 0 else configured
+        asked = math.nan
+    if not math.isfinite(asked) or asked <= 0:
+        raise InvalidRequest(
+            f"Invalid X-Request-Timeout header {value[:40]!r}: give a positive number of seconds "
+            f"(at most {configured:g}; a larger value means the gateway's own limit).",
+            code="invalid_request_timeout",
+        )
+    return min(asked, configured)
+
+
+def _decoded(raw: bytes, headers: dict[str, str], limit: int) -> bytes:
+    """The body without its Content-Encoding: gzip and deflate are inflated (never past the
+    body limit, so a small compressed body cannot expand into a large one); others are refused."""
+    encoding = headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("identity", ""):
+        return raw
+    wbits = _INFLATE_WBITS.get(encoding)
+    if wbits is None:
+        raise UnsupportedMediaType(
+            f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed, "
+            "or compressed with gzip or deflate.",
+            code="unsupported_content_encoding",
+        )
+    inflater = zlib.decompressobj(wbits)
+    try:
+        body = inflater.decompress(raw, limit + 1)
+    except zlib.error:
+        raise InvalidRequest(
+            f"The request body is not valid {encoding} data, as its Content-Encoding header says.",
+            code="invalid_content_encoding",
+        ) from None
+    if len(body) > limit or inflater.unconsumed_tail:
+        raise _too_large(limit)
+    return body
 
 
 def _headers(scope: Scope) -> dict[str, str]:

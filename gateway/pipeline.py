@@ -16,10 +16,10 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
-from gateway.errors import GatewayError, UpstreamTimeout
+from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
 from gateway.exchange import Exchange
 from gateway.forward import Forwarder, OpenStream
-from gateway.guards import ResponseGuard
+from gateway.guards import ErrorGuard, ResponseGuard
 from gateway.ports import Chunk
 
 logger = logging.getLogger("tollgate.pipeline")
@@ -46,11 +46,13 @@ class Pipeline:
         forwarder: Forwarder,
         guards: Sequence[ResponseGuard],
         finishers: Sequence[Finisher],
+        error_guards: Sequence[ErrorGuard] = (),
     ) -> None:
         self.stages = tuple(stages)
         self.forwarder = forwarder
         self.guards = tuple(guards)
         self.finishers = tuple(finishers)
+        self.error_guards = tuple(error_guards)
 
     async def prepare(self, exchange: Exchange) -> None:
         trace = exchange.trace
@@ -59,14 +61,27 @@ class Pipeline:
                 await stage(exchange)
 
     async def respond(self, exchange: Exchange) -> dict[str, Any]:
-        response = await self.forwarder.complete(exchange)
+        try:
+            response = await self.forwarder.complete(exchange)
+        except UpstreamError as exc:
+            self._guard_error(exchange, exc)
+            raise
         body = response.body
         for guard in self.guards:
             guard.on_response(exchange, body)
         return body
 
     async def open_stream(self, exchange: Exchange) -> OpenStream:
-        return await self.forwarder.open_stream(exchange)
+        try:
+            return await self.forwarder.open_stream(exchange)
+        except UpstreamError as exc:
+            self._guard_error(exchange, exc)
+            raise
+
+    def _guard_error(self, exchange: Exchange, error: UpstreamError) -> None:
+        """An upstream's error goes to the client as its content would: through the error guards."""
+        for guard in self.error_guards:
+            guard.on_error(exchange, error)
 
     async def relay(self, exchange: Exchange, opened: OpenStream) -> AsyncIterator[bytes]:
         """Server-sent events for the client, chunk by chunk, through the guards.
@@ -87,6 +102,11 @@ class Pipeline:
                         yield _event(out)
             yield DONE_EVENT
         except GatewayError as exc:  # upstream failures, and a guard's own refusal or failure
+            if isinstance(exc, UpstreamError):
+                try:
+                    self._guard_error(exchange, exc)
+                except GatewayError as refused:  # the guard's own failure replaces the upstream's
+                    exc = refused
             exchange.status = exc.status
             exchange.error_code = exc.code
             yield b"data: " + exc.body_bytes() + b"\n\n"

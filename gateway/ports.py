@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -25,9 +26,10 @@ class UpstreamRequest:
     model: str  # the upstream's model id; the adapter writes it into the body
     body: dict[str, Any]  # the client's body after the request stages, passed through untouched otherwise
     stream: bool
-    request_id: str
+    request_id: str  # the id for the upstream: a UUID the gateway derived, never the client's text
     deadline: float  # time.monotonic() by which the whole answer must be in
     first_byte_timeout: float  # seconds allowed until the first byte of the answer (a stream's first event)
+    headers_timeout: float  # seconds allowed until the response head, streamed or not
     session_key: str | None = None  # affinity key, already scoped per tenant and hashed
     replica: int = 0  # which of the upstream's `replicas` to send to, chosen by the forwarder
     trace_headers: Mapping[str, str] | None = None  # traceparent (and tracestate) for this attempt
@@ -71,6 +73,17 @@ class ChunkStream(Protocol):
     async def aclose(self) -> None: ...
 
 
+class Health(enum.Enum):
+    """One health check's answer. Only UNREACHABLE says for sure that a server is down: one
+    that serves a request at a time may leave its health route waiting (SILENT) or answer
+    that it is busy (DOWN) while it works."""
+
+    UP = "up"
+    DOWN = "down"  # answered, not healthy
+    SILENT = "silent"  # no answer in the time allowed
+    UNREACHABLE = "unreachable"  # no connection
+
+
 class Upstream(Protocol):
     name: str
     provider: str  # GenAI semantic-convention provider name, e.g. "openai"
@@ -87,8 +100,8 @@ class Upstream(Protocol):
         """Start a streamed request; returns once the upstream accepted it."""
         ...
 
-    async def check_health(self, replica: int | None = None) -> bool:
-        """Whether one replica answers its health check; with None, whether any of them does."""
+    async def check_health(self, replica: int, timeout_s: float) -> Health:
+        """One replica's answer to its health check, within `timeout_s`."""
         ...
 
     async def aclose(self) -> None: ...

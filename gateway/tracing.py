@@ -13,6 +13,7 @@ that is not sampled must cost about as little.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -80,11 +81,65 @@ class _NoTrace:
         return None
 
 
+class _PassedOn:
+    """A request that is not traced here but came with a W3C trace context: the client's
+    `traceparent` (and `tracestate`) go upstream unchanged, so the upstream's spans still join
+    the caller's trace, and the logs carry its trace id."""
+
+    __slots__ = ("_headers", "trace_id")
+
+    span_id = None
+    sampled = False
+
+    def __init__(self, trace_id: str, headers: Mapping[str, str]) -> None:
+        self.trace_id: str | None = trace_id
+        self._headers = headers
+
+    def stage(self, name: str) -> contextlib.AbstractContextManager[None]:
+        return _NO_STAGE
+
+    def upstream_headers(self, attempt: Attempt, upstream: Upstream) -> Mapping[str, str] | None:
+        return self._headers
+
+    def end(self, exchange: Exchange) -> None:
+        return None
+
+
 class _NoTracer:
+    """Tracing off: no spans; a client's trace context is still passed on."""
+
     __slots__ = ()
 
     def begin(self, exchange: Exchange) -> RequestTrace:
-        return NO_TRACE
+        header = exchange.headers.get("traceparent")
+        if header is None:
+            return NO_TRACE
+        return passed_on(header, exchange.headers.get("tracestate")) or NO_TRACE
+
+
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+_TRACESTATE_MAX = 512  # W3C: at most 32 list members; what vendors are asked to propagate
+
+
+def passed_on(traceparent: str, tracestate: str | None) -> RequestTrace | None:
+    """The trace to pass on for a well-formed `traceparent`; None for a malformed one, which
+    W3C says to ignore. A later version's extra fields are dropped and the header is passed
+    on as version 00, the one this parser knows."""
+    match = _TRACEPARENT.fullmatch(traceparent.strip())
+    if match is None:
+        return None
+    version, trace_hex, span_hex, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest) or not int(trace_hex, 16) or not int(span_hex, 16):
+        return None
+    headers = {"traceparent": f"00-{trace_hex}-{span_hex}-{flags}"}
+    if (
+        tracestate
+        and len(tracestate) <= _TRACESTATE_MAX
+        and tracestate.isascii()
+        and tracestate.isprintable()
+    ):
+        headers["tracestate"] = tracestate
+    return _PassedOn(trace_hex, headers)
 
 
 NO_TRACE: RequestTrace = _NoTrace()

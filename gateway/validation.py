@@ -10,6 +10,7 @@ import orjson
 from gateway.errors import InvalidRequest
 from gateway.exchange import Endpoint
 
+MAX_CHOICES = 128  # OpenAI's own bound on `n`; each choice is reserved as a whole output
 _MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
@@ -64,6 +65,9 @@ def _validate_chat(body: dict[str, Any]) -> None:
         value = body.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise _invalid(name, "must be a positive integer")
+    n = body.get("n")
+    if n is not None and n > MAX_CHOICES:
+        raise _invalid("n", f"must be at most {MAX_CHOICES}")
     _optional_type(body, "tools", list, "an array")
     for index, tool in enumerate(body.get("tools") or ()):
         if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):

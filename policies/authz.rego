@@ -20,6 +20,7 @@ decision := {
 	"reasons": reasons,
 	"tools": {"allowed": sort(allowed_tools), "on_violation": on_tool_violation},
 	"tool_args": tool_args,
+	"destinations": {"image_url": without_private_hosts(image_url_rule)},
 	"redact": object.union(object.get(defaults, "redact", {}), object.get(tenant, "redact", {})),
 	"route": {"upstreams": sort(permitted_upstreams)},
 	"limits": limits,
@@ -79,30 +80,15 @@ deny contains msg if {
 
 allowed_tools := {name | some name in object.get(tenant, "tools", [])}
 
-offered_tools := {name | some name in object.get(input, "tools", [])}
-
 default on_tool_violation := "reject"
 
 on_tool_violation := tenant.on_tool_violation
 
 on_tool_violation := defaults.on_tool_violation if not tenant.on_tool_violation
 
-refused_tools := offered_tools - allowed_tools
-
-deny contains msg if {
-	on_tool_violation == "reject"
-	count(refused_tools) > 0
-	msg := concat("", ["tools not allowed for this tenant: ", concat(", ", sort(refused_tools))])
-}
-
-# A named tool_choice cannot be stripped without breaking the request, so it is refused
-# whatever on_violation says.
-deny contains msg if {
-	name := input.tool_choice_name
-	is_string(name)
-	not name in allowed_tools
-	msg := concat("", ["tool_choice names a tool not allowed for this tenant: ", name])
-}
+# Offered tools and a named tool_choice are not denied here: the gateway's tool guard
+# enforces `tools` (strip, or 403 tool_not_allowed naming the tools), so that a client
+# gets the one documented answer whichever policy decides.
 
 # --- where tool arguments may point --------------------------------------------------
 
@@ -141,6 +127,17 @@ private_host(host) if {
 	some prefix in {"fc", "fd", "fe80:", "::ffff:"}
 	startswith(lower(trim(host, "[]")), prefix)
 }
+
+# --- where URLs the upstream fetches may point -----------------------------------------
+
+# Image URLs in messages (data: URLs always pass): the tenant's rule, else the one in
+# defaults, else any public host over https. Private hosts are dropped, as for tools.
+default_image_url_rule := object.get(
+	object.get(defaults, "destinations", {}), "image_url",
+	{"allowed_hosts": ["*"], "allowed_schemes": ["https"]},
+)
+
+image_url_rule := object.get(object.get(tenant, "destinations", {}), "image_url", default_image_url_rule)
 
 # --- which upstreams may receive the data --------------------------------------------
 

@@ -82,25 +82,26 @@ test_only_listed_tools_are_allowed if {
 	d.tools.on_violation == "strip"
 }
 
-test_unlisted_tools_are_denied_when_the_tenant_rejects if {
+# The gateway refuses offered tools not allowed (tool_not_allowed): the policy only says which are.
+test_unlisted_tools_are_left_to_the_gateway_when_the_tenant_rejects if {
 	d := authz.decision with input.tenant as "strict"
 		with input.model as "m"
 		with input.upstreams as ["local"]
 		with input.tools as ["shell", "search", "exec"]
 		with data.tenants.strict as {"models": ["m"], "tools": ["search"]}
-	d.allow == false
-	set_of(d.reasons) == {"tools not allowed for this tenant: exec, shell"}
+	d.allow == true
+	set_of(d.tools.allowed) == {"search"}
 	d.tools.on_violation == "reject"
 }
 
-test_a_named_tool_choice_must_be_allowed if {
+test_a_named_tool_choice_is_left_to_the_gateway if {
 	d := authz.decision with input.tenant as "demo"
 		with input.model as "kimi-k2.6"
 		with input.upstreams as ["local"]
 		with input.tools as ["shell"]
 		with input.tool_choice_name as "shell"
-	d.allow == false
-	set_of(d.reasons) == {"tool_choice names a tool not allowed for this tenant: shell"}
+	d.allow == true
+	not "shell" in set_of(d.tools.allowed)
 }
 
 test_a_named_allowed_tool_choice_is_fine if {
@@ -222,4 +223,21 @@ test_tenant_limits_override_the_defaults if {
 		with input.upstreams as ["local"]
 		with data.tenants.t as {"models": ["m"], "limits": {"max_tokens": 256}}
 	d.limits == {"max_tokens": 256, "tool_output_max_chars": 16000}
+}
+
+test_image_urls_may_point_at_any_public_https_host_by_default if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+	d.destinations.image_url.allowed_hosts == ["*"]
+	d.destinations.image_url.allowed_schemes == ["https"]
+}
+
+test_a_tenant_narrows_image_hosts_without_private_ones if {
+	hosts := ["cdn.example.com", "10.0.0.8", "localhost"]
+	d := authz.decision with input.tenant as "t"
+		with input.model as "m"
+		with input.upstreams as ["local"]
+		with data.tenants.t as {"models": ["m"], "destinations": {"image_url": {"allowed_hosts": hosts}}}
+	d.destinations.image_url.allowed_hosts == ["cdn.example.com"]
 }

@@ -4,8 +4,10 @@
 
 - ``reply``: exact reply text; ``echo: true``: the text of the last user message; otherwise
   ``default_reply_tokens`` words ``"tok0 tok1 ..."``.
-- ``tool_calls: [{"name", "arguments": object|string, "id"?}]``: answer with exactly those
-  calls (``finish_reason "tool_calls"``); ``tool_reply``: optional text before them.
+- ``tool_calls: [{"name", "arguments": object|string, "id"?, "echo"?: key}]``: answer with
+  exactly those calls (``finish_reason "tool_calls"``); ``tool_reply``: optional text before
+  them. With ``echo``, the arguments are ``{key: the text of the last user message}``: a call
+  built from what the model was sent, not from what the client wrote in ``x_sim``.
 - ``chunk_chars``: stream content (default: one word per chunk) and tool-call arguments
   (default: 8 characters) in slices of this many characters.
 - ``fault``: see ``simulator.faults``.
@@ -105,7 +107,7 @@ def slices(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def _tool_calls(raw: object, call_prefix: str) -> list[ToolCall]:
+def _tool_calls(raw: object, call_prefix: str, messages: list[Any]) -> list[ToolCall]:
     if not isinstance(raw, list):
         raise BadRequest("x_sim.tool_calls must be an array")
     calls: list[ToolCall] = []
@@ -113,6 +115,9 @@ def _tool_calls(raw: object, call_prefix: str) -> list[ToolCall]:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise BadRequest("each x_sim.tool_calls item needs a string 'name'")
         arguments = item.get("arguments", {})
+        echo = item.get("echo")
+        if isinstance(echo, str):
+            arguments = {echo: _last_user_text(messages)}
         if not isinstance(arguments, str):
             arguments = orjson.dumps(arguments).decode()
         call_id = item.get("id")
@@ -140,7 +145,7 @@ class ReplyMaker:
             cap = _int_field(body, "max_tokens", 0)
         chunk_chars = _int_field(x_sim, "chunk_chars", 1) if x_sim else None
         if x_sim and x_sim.get("tool_calls") is not None:
-            return self._tool_reply(x_sim, call_prefix, chunk_chars)
+            return self._tool_reply(x_sim, call_prefix, chunk_chars, messages)
         if not x_sim or ("reply" not in x_sim and not x_sim.get("echo")):
             wanted = self.default_reply_tokens
             n = wanted if cap is None else min(cap, wanted)
@@ -162,8 +167,10 @@ class ReplyMaker:
         pieces = words if chunk_chars is None else slices(text, chunk_chars)
         return ChatReply(text, pieces, finish, len(words))
 
-    def _tool_reply(self, x_sim: dict[str, Any], call_prefix: str, chunk_chars: int | None) -> ChatReply:
-        calls = _tool_calls(x_sim["tool_calls"], call_prefix)
+    def _tool_reply(
+        self, x_sim: dict[str, Any], call_prefix: str, chunk_chars: int | None, messages: list[Any]
+    ) -> ChatReply:
+        calls = _tool_calls(x_sim["tool_calls"], call_prefix, messages)
         text = x_sim.get("tool_reply")
         if text is not None and not isinstance(text, str):
             raise BadRequest("x_sim.tool_reply must be a string")

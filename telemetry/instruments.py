@@ -90,8 +90,9 @@ TOKENS = MetricSpec(
     "tollgate.tokens",
     Kind.COUNTER,
     "{token}",
-    "Tokens by tenant and model alias: input (cached included), cache_read, output.",
-    (n.TENANT, n.MODEL_ALIAS, n.GEN_AI_TOKEN_TYPE),
+    "Tokens by tenant and model alias: input (cached included), cache_read, output; usage source "
+    "reported (by the upstream) or counted (by the gateway, when the upstream reported none).",
+    (n.TENANT, n.MODEL_ALIAS, n.GEN_AI_TOKEN_TYPE, n.USAGE_SOURCE),
 )
 PROMPT_CACHE_TOKENS = MetricSpec(
     "tollgate.prompt_cache.tokens",
@@ -104,8 +105,9 @@ ATTEMPTS = MetricSpec(
     "tollgate.upstream.attempts",
     Kind.COUNTER,
     "{attempt}",
-    "Upstream attempts: first, retry (same upstream again) or fallback (the next candidate), by outcome.",
-    (n.UPSTREAM, n.ATTEMPT_KIND, "tollgate.outcome"),
+    "Upstream attempts: first, retry (same upstream again) or fallback (the next candidate), by outcome "
+    "and replica (its index in the upstream's replicas).",
+    (n.UPSTREAM, n.REPLICA, n.ATTEMPT_KIND, "tollgate.outcome"),
 )
 SESSION_TURN_TOKENS = MetricSpec(
     "tollgate.session.input_tokens",

@@ -49,6 +49,7 @@ SERVICE_INSTANCE_ID = "service.instance.id"
 # The gateway's own
 # Also the key to find a trace in Tempo: { span.tollgate.request_id = "..." }
 REQUEST_ID = "tollgate.request_id"
+UPSTREAM_REQUEST_ID = "tollgate.upstream_request_id"  # on attempt spans: the id the upstream was sent
 TENANT = "tollgate.tenant"
 KEY_ID = "tollgate.key_id"  # a fingerprint of the key's hash, never the key
 MODEL_ALIAS = "tollgate.model"
@@ -56,6 +57,7 @@ WORKFLOW = "tollgate.workflow"
 PROMPT_FAMILY = "tollgate.prompt_family"
 UPSTREAM = "tollgate.upstream"
 REPLICA = "tollgate.replica"
+USAGE_SOURCE = "tollgate.usage.source"  # reported (by the upstream) | counted (by the gateway)
 ATTEMPT = "tollgate.attempt"  # 0 for the first attempt of a request
 ATTEMPT_KIND = "tollgate.attempt.kind"  # first | retry (same upstream) | fallback (another)
 DECISION_ID = "tollgate.decision.id"

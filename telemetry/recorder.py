@@ -70,7 +70,7 @@ class MetricsRecorder:
         served = self._attempts(exchange, operation, completed)
         principal = exchange.principal
         tenant = principal.tenant.name if principal is not None else ""
-        if served is not None and exchange.usage.reported:
+        if served is not None and exchange.usage.source is not None:
             self._usage(exchange, served, tenant, operation)
         self._governance(exchange, tenant)
 
@@ -97,7 +97,7 @@ class MetricsRecorder:
             else:
                 outcome = attempt.error
                 ended = attempt.ended_at
-            m.attempts.add((attempt.upstream, kind, outcome))
+            m.attempts.add((attempt.upstream, str(attempt.replica), kind, outcome))
             if attempt is served:
                 if exchange.stream:
                     # A stream's attempt succeeds at its first chunk; the operation lasts to the last.
@@ -109,27 +109,33 @@ class MetricsRecorder:
         return served
 
     def _usage(self, exchange: Exchange, served: Attempt, tenant: str, operation: str) -> None:
+        """Tokens and spend of the answered request; the upstream-facing usage metrics (GenAI
+        token usage, prefix cache, session growth) only from usage the upstream reported."""
         m = self._m
         usage = exchange.usage
+        source = "reported" if usage.reported else "counted"
         alias = exchange.model_alias
+        m.tokens.add((tenant, alias, "input", source), usage.prompt_tokens)
+        if exchange.endpoint is Endpoint.CHAT:
+            m.tokens.add((tenant, alias, "output", source), usage.completion_tokens)
+            m.tokens.add((tenant, alias, "cache_read", source), usage.cached_tokens)
+        price = self._prices.get(served.model)
+        if price is not None:
+            cost = price.cost_micros(usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
+            m.spend.add((tenant, alias), cost / 1_000_000)
+        if not usage.reported:
+            return
         provider, host = self._upstreams.get(served.upstream, ("", ""))
         client = (operation, provider, served.model, host, served.upstream)
         m.client_token_usage.observe((*client, "input"), usage.prompt_tokens)
-        m.tokens.add((tenant, alias, "input"), usage.prompt_tokens)
         if exchange.endpoint is Endpoint.CHAT:
             m.client_token_usage.observe((*client, "output"), usage.completion_tokens)
-            m.tokens.add((tenant, alias, "output"), usage.completion_tokens)
-            m.tokens.add((tenant, alias, "cache_read"), usage.cached_tokens)
             family = prompt_family(exchange.session_key, self._family_buckets)
             m.prompt_cache_tokens.add((served.upstream, family, "input"), usage.prompt_tokens)
             m.prompt_cache_tokens.add((served.upstream, family, "cache_read"), usage.cached_tokens)
             turn = turn_bucket(exchange.body)
             if turn is not None:
                 m.session_turn_tokens.observe((alias, turn), usage.prompt_tokens)
-        price = self._prices.get(served.model)
-        if price is not None:
-            cost = price.cost_micros(usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
-            m.spend.add((tenant, alias), cost / 1_000_000)
 
     def _governance(self, exchange: Exchange, tenant: str) -> None:
         m = self._m

@@ -75,11 +75,21 @@ class SpanRecorder:
     def begin(self, exchange: Exchange) -> RequestTrace:
         headers = exchange.headers
         parent = traceparent.parse(headers.get("traceparent"), headers.get("tracestate"))
+        if parent is not None and not self._followable(parent):
+            parent = None
         sampled = parent.sampled if parent is not None else random.random() < self._ratio
         trace_id = parent.trace_id if parent is not None else random.getrandbits(128)
         if not sampled:
             return UnsampledTrace(trace_id, random.getrandbits(64), parent.tracestate if parent else None)
         return SampledTrace(self, exchange, trace_id, parent)
+
+    def _followable(self, parent: traceparent.Parent) -> bool:
+        """Whether a client's trace id may be written as it is: the trace id is written unscrubbed
+        (`Verbatim`) everywhere, which is safe for random hex but not for hex a client chose to
+        hold a card number. One the scrubber would change starts a new trace instead (what Trace
+        Context asks of a parent that cannot be used); a random id is hit about once in 7,000."""
+        trace_hex = f"{parent.trace_id:032x}"
+        return self.scrub_unique(trace_hex) == trace_hex
 
     def emit(self, spans: FinishedSpans, count: int) -> None:
         self._queue.put(spans, count)
@@ -120,7 +130,7 @@ class _Remembered:
 # Trace and span ids are rendered as `Verbatim` hex: the scrubber passes them as they are. A
 # scan could take a run of their digits for a card number and mask it in the log lines and
 # the decision log, which would then name a trace that does not exist. An id from a client's
-# traceparent is only ever 32 or 16 hex digits (the parser refuses anything else).
+# traceparent is followed only if the scrubber finds nothing in it (`_followable`).
 
 
 class UnsampledTrace:

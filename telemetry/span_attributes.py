@@ -83,6 +83,8 @@ def attempt_attributes(
             route,
         )
     ]
+    if exchange.upstream_request_id:  # a UUID the gateway derived, as the upstream logs it
+        parts.append(fresh_attribute(n.UPSTREAM_REQUEST_ID, exchange.upstream_request_id))
     if exchange.session_key:
         # already scoped and hashed
         parts.append(fresh_attribute(n.GEN_AI_CONVERSATION_ID, exchange.session_key))
@@ -98,15 +100,18 @@ def attempt_attributes(
 
 
 def usage_attributes(usage: Usage) -> bytes:
-    """The token counts an upstream reported (nothing if it did not), for the attempt that
-    served the request and for the request: the counts vary, so they are not kept encoded."""
-    if not usage.reported:
+    """The token counts, for the attempt that served the request and for the request (nothing
+    when no upstream answered), and whether the upstream reported them or the gateway counted
+    them: the counts vary, so they are not kept encoded."""
+    source = usage.source
+    if source is None:
         return b""
     return b"".join(
         (
             fresh_attribute(n.GEN_AI_USAGE_INPUT_TOKENS, usage.prompt_tokens),
             fresh_attribute(n.GEN_AI_USAGE_OUTPUT_TOKENS, usage.completion_tokens),
             fresh_attribute(n.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, usage.cached_tokens),
+            attribute(n.USAGE_SOURCE, source),
         )
     )
 

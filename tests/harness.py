@@ -15,8 +15,9 @@ import httpx
 
 from gateway.logs import JsonFormatter
 from gateway.redaction.scrub import Scrubber
+from gateway.request_ids import UpstreamIds
 from simulator import RecordedRequest, RunningSimulator
-from tests.servers import UPSTREAM_KEY
+from tests.servers import REQUEST_ID_KEY, UPSTREAM_KEY
 
 HELLO = [{"role": "user", "content": "hello"}]
 
@@ -45,9 +46,15 @@ def chat_body(model: str = "chat", **extra: Any) -> dict[str, Any]:
     return {"model": model, "messages": HELLO, **extra}
 
 
+def upstream_id(request_id: str) -> str:
+    """The id a test gateway (keyed with REQUEST_ID_KEY) sends upstream for `request_id`."""
+    return UpstreamIds(REQUEST_ID_KEY.encode())(request_id)
+
+
 def recorded(sim: RunningSimulator, request_id: str) -> list[RecordedRequest]:
     """What the simulator received for one gateway request (every attempt), in order."""
-    return [r for r in list(sim.requests) if r.headers.get("x-request-id") == request_id]
+    sent = upstream_id(request_id)
+    return [r for r in list(sim.requests) if r.headers.get("x-request-id") == sent]
 
 
 def eventually(predicate: Callable[[], bool], seconds: float = 5.0) -> bool:

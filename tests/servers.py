@@ -18,11 +18,14 @@ from gateway.keys import hash_key
 TEST_KEY = "tg-test-key-alpha"
 OTHER_TENANT_KEY = "tg-test-key-beta"
 UPSTREAM_KEY = "sim-upstream-secret"
+# The key of the ids sent upstream, so that a test can tell which upstream request was a
+# gateway request's (tests.harness.recorded).
+REQUEST_ID_KEY = "tollgate-tests-request-id-key"
 
 
 def gateway_config(upstreams: dict[str, Any], models: dict[str, Any], **overrides: Any) -> GatewayConfig:
     data: dict[str, Any] = {
-        "server": {"access_log": False, "request_timeout_s": 30},
+        "server": {"access_log": False, "request_timeout_s": 30, "request_id_key": REQUEST_ID_KEY},
         "upstreams": upstreams,
         "models": models,
         "tenants": {"alpha": {"models": ["*"]}, "beta": {"models": [next(iter(models))]}},

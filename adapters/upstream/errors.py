@@ -1,9 +1,12 @@
 """Upstream HTTP failures -> the gateway's UpstreamError family.
 
-The rule: a client learns what it can act on. A request the upstream refused as such
-(bad parameters, too large) keeps its status and message; a failure of the gateway's own
-set-up (credentials, model ids, plan) is a 502 that names the upstream, so a client key
-is never blamed for the gateway's credentials.
+The rule: a client learns what it can act on. A request the upstream refused (400, 413,
+422) keeps its 4xx and the upstream's message, named as the upstream's refusal (type
+upstream_error, code upstream_rejected) and not the gateway's: the gateway accepted it, and
+the cause may be the client's or only that server's (a parameter or size another server
+takes), so the next candidate is tried. A failure of the gateway's own set-up (credentials,
+model ids, plan) is a 502 that names the upstream, so a client key is never blamed for the
+gateway's credentials.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ def from_status(upstream: str, status: int, message: str | None, retry_after: fl
     detail = f": {message}" if message else "."
     if status in (400, 413, 422):
         return UpstreamRejected(
-            f"Upstream {upstream!r} rejected the request{detail}",
+            f"Upstream {upstream!r} rejected the request (HTTP {status}){detail}",
             status=400 if status == 422 else status,
             upstream=upstream,
         )

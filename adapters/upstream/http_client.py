@@ -42,18 +42,27 @@ class HttpClient:
             skip_auto_headers=("User-Agent",),
         )
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str], seconds: float) -> RawResponse:
-        """POST and read the whole answer within `seconds` (the caller's remaining deadline)."""
-        timeout = seconds
-        with self._translated(timeout):
-            async with self._session.post(
-                url,
-                data=body,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=timeout, connect=self._connect_timeout),
-            ) as response:
-                payload = await response.read()
-                return RawResponse(response.status, _lower(response.headers), payload)
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str], seconds: float, head_within: float | None = None
+    ) -> RawResponse:
+        """POST and read the whole answer within `seconds` (the caller's remaining deadline), its
+        head within `head_within` of them: an upstream that hangs fails then, not at the deadline."""
+        head_s = seconds if head_within is None else min(head_within, seconds)
+        read_by = time.monotonic() + seconds
+        timeout = aiohttp.ClientTimeout(total=None, connect=self._connect_timeout)
+        with self._translated(head_s):
+            async with asyncio.timeout(head_s):
+                response = await self._session.post(url, data=body, headers=headers, timeout=timeout)
+        try:
+            left = max(read_by - time.monotonic(), 0.001)
+            with self._translated(left):
+                async with asyncio.timeout(left):
+                    payload = await response.read()
+        except BaseException:
+            response.close()  # unfinished: the connection cannot be reused
+            raise
+        response.release()
+        return RawResponse(response.status, _lower(response.headers), payload)
 
     async def get(self, url: str, headers: dict[str, str], seconds: float) -> RawResponse:
         timeout = seconds
@@ -70,19 +79,21 @@ class HttpClient:
         headers: dict[str, str],
         first_byte_timeout: float,
         between_chunks_timeout: float,
+        head_within: float | None = None,
     ) -> StreamResponse:
         """POST and wait for the response head; the body is then read line by line.
 
         `first_byte_timeout` covers the head and the first line of the body together (servers
-        send their head at once and the first event after prefill); `between_chunks_timeout`
-        each later line.
+        send their head at once and the first event after prefill), the head alone also
+        `head_within`; `between_chunks_timeout` each later line.
         """
         first_by = time.monotonic() + first_byte_timeout
+        head_s = first_byte_timeout if head_within is None else min(head_within, first_byte_timeout)
         timeout = aiohttp.ClientTimeout(
             total=None, connect=self._connect_timeout, sock_read=first_byte_timeout
         )
-        with self._translated(first_byte_timeout):
-            async with asyncio.timeout(first_byte_timeout):
+        with self._translated(head_s):
+            async with asyncio.timeout(head_s):
                 response = await self._session.post(url, data=body, headers=headers, timeout=timeout)
         stream = StreamResponse(response, self, between_chunks_timeout, first_by)
         stream.set_read_timeout(max(first_by - time.monotonic(), 0.001))

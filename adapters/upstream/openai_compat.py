@@ -7,7 +7,6 @@ adapter only sends there, over one keep-alive connection pool shared by all repl
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,9 +17,10 @@ from adapters.upstream import errors
 from adapters.upstream.http_client import HttpClient
 from adapters.upstream.sse import SseChunkStream, open_event_stream
 from gateway.config import OpenAICompatUpstream as OpenAICompatConfig
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.exchange import Endpoint
-from gateway.ports import ChunkStream, UpstreamRequest, UpstreamResponse
+from gateway.ports import ChunkStream, Health, UpstreamRequest, UpstreamResponse
+from gateway.request_ids import upstream_form
 
 _PATHS = {Endpoint.CHAT: "/chat/completions", Endpoint.EMBEDDINGS: "/embeddings"}
 
@@ -36,6 +36,8 @@ class OpenAICompatUpstream:
         self._health_urls = [_root(base) + config.health_path for base in self.replicas]
         self._timeouts = config.timeouts
         self._auth = f"Bearer {config.api_key}" if config.api_key else None
+        self._request_id_header = config.request_id_header
+        self._request_id_format = config.request_id_format
         self._client = HttpClient(
             name,
             max_connections=config.max_connections * len(self.replicas),
@@ -43,7 +45,9 @@ class OpenAICompatUpstream:
         )
 
     def _headers(self, request: UpstreamRequest) -> dict[str, str]:
-        headers = {"content-type": "application/json", "x-request-id": request.request_id}
+        headers = {"content-type": "application/json"}
+        if self._request_id_header and request.request_id:
+            headers[self._request_id_header] = upstream_form(request.request_id, self._request_id_format)
         if self._auth:
             headers["authorization"] = self._auth
         if request.session_key:
@@ -65,6 +69,7 @@ class OpenAICompatUpstream:
             self._payload(request),
             self._headers(request),
             timeout,
+            request.headers_timeout,
         )
         if raw.status != 200:
             raise self._error(raw.status, raw.body, raw.headers)
@@ -90,17 +95,16 @@ class OpenAICompatUpstream:
             self.name, status, errors.openai_error_message(body), errors.retry_after_seconds(headers)
         )
 
-    async def check_health(self, replica: int | None = None) -> bool:
-        if replica is None:
-            return any(await asyncio.gather(*(self._healthy(url) for url in self._health_urls)))
-        return await self._healthy(self._health_urls[replica])
-
-    async def _healthy(self, url: str) -> bool:
+    async def check_health(self, replica: int, timeout_s: float) -> Health:
         try:
-            response = await self._client.get(url, {}, seconds=2.0)
+            response = await self._client.get(self._health_urls[replica], {}, seconds=timeout_s)
+        except UpstreamTimeout:
+            return Health.SILENT
+        except UpstreamUnavailable:
+            return Health.UNREACHABLE
         except UpstreamError:
-            return False
-        return response.status == 200
+            return Health.DOWN
+        return Health.UP if response.status == 200 else Health.DOWN
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -25,7 +25,9 @@ async def open_event_stream(
     error_of: ErrorOf,
 ) -> StreamResponse:
     """The upstream's answer to a streamed request, once it says 200; else its error, raised."""
-    response = await client.open_stream(url, body, headers, request.first_byte_timeout, between_chunks_s)
+    response = await client.open_stream(
+        url, body, headers, request.first_byte_timeout, between_chunks_s, request.headers_timeout
+    )
     if response.status != 200:
         try:
             answer = await response.read()

@@ -2,8 +2,8 @@
 `/ai/run/{model}` endpoint, whose `{result, success, errors}` envelope is removed here.
 
 Workers AI reports failures as internal codes in `errors[].code`; those decide the
-mapping, the HTTP status only when no code is given. Facts and sources:
-shared reference `backends-and-protocols.md`, sections 1 and 4.
+mapping, the HTTP status only when no code is given. The facts this relies on, and their
+sources: docs/upstream-apis.md.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from adapters.upstream.sse import SseChunkStream, open_event_stream
 from gateway.config import WorkersAIUpstream as WorkersAIConfig
 from gateway.errors import UpstreamError, UpstreamRejected, UpstreamTimeout, UpstreamUnavailable
 from gateway.exchange import Endpoint
-from gateway.ports import Chunk, ChunkStream, UpstreamRequest, UpstreamResponse
+from gateway.ports import Chunk, ChunkStream, Health, UpstreamRequest, UpstreamResponse
+from gateway.request_ids import upstream_form
 
 _OPENAI_PATHS = {Endpoint.CHAT: "/ai/v1/chat/completions", Endpoint.EMBEDDINGS: "/ai/v1/embeddings"}
 
@@ -90,6 +91,8 @@ class WorkersAIUpstream:
         self._reject_if_busy = config.reject_if_busy
         self._timeouts = config.timeouts
         self._auth = f"Bearer {config.api_token}"
+        self._request_id_header = config.request_id_header
+        self._request_id_format = config.request_id_format
         self._client = HttpClient(
             name, max_connections=config.max_connections, connect_timeout=config.timeouts.connect_s
         )
@@ -114,11 +117,9 @@ class WorkersAIUpstream:
         return orjson.dumps(body)
 
     def _headers(self, request: UpstreamRequest) -> dict[str, str]:
-        headers = {
-            "authorization": self._auth,
-            "content-type": "application/json",
-            "x-request-id": request.request_id,
-        }
+        headers = {"authorization": self._auth, "content-type": "application/json"}
+        if self._request_id_header and request.request_id:
+            headers[self._request_id_header] = upstream_form(request.request_id, self._request_id_format)
         if request.session_key:
             headers["x-session-affinity"] = request.session_key
         if request.stream:
@@ -130,7 +131,11 @@ class WorkersAIUpstream:
     async def complete(self, request: UpstreamRequest) -> UpstreamResponse:
         timeout = max(request.deadline - time.monotonic(), 0.001)
         raw = await self._client.post(
-            self._url(request), self._payload(request), self._headers(request), timeout
+            self._url(request),
+            self._payload(request),
+            self._headers(request),
+            timeout,
+            request.headers_timeout,
         )
         if raw.status != 200:
             raise self._error(raw.status, raw.body, raw.headers)
@@ -186,14 +191,20 @@ class WorkersAIUpstream:
                 return errors.from_status(self.name, status, message[:500], retry_after)
         return errors.from_status(self.name, status, errors.openai_error_message(body), retry_after)
 
-    async def check_health(self, replica: int | None = None) -> bool:
+    async def check_health(self, replica: int, timeout_s: float) -> Health:
         try:
             response = await self._client.get(
-                f"{self._account}/ai/models/search?per_page=1", {"authorization": self._auth}, seconds=2.0
+                f"{self._account}/ai/models/search?per_page=1",
+                {"authorization": self._auth},
+                seconds=timeout_s,
             )
+        except UpstreamTimeout:
+            return Health.SILENT
+        except UpstreamUnavailable:
+            return Health.UNREACHABLE
         except UpstreamError:
-            return False
-        return response.status == 200
+            return Health.DOWN
+        return Health.UP if response.status == 200 else Health.DOWN
 
     async def aclose(self) -> None:
         await self._client.aclose()

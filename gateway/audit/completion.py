@@ -60,6 +60,7 @@ def completion_record(exchange: Exchange) -> dict[str, Any]:
             "completion_tokens": usage.completion_tokens,
             "cached_tokens": usage.cached_tokens,
             "reported": usage.reported,
+            "source": usage.source,  # "reported" by the upstream, "counted" by the gateway, or None
         },
         "tool_calls_blocked": exchange.tool_calls_blocked,
         "duration_ms": round((completed - exchange.received_at) * 1000, 3),

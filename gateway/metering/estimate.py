@@ -2,18 +2,21 @@
 
 The input bound is the serialized messages and tools (or embeddings input) in bytes / 3:
 tokenizers for the models served here average about 4 bytes a token on text and JSON, so
-the bound holds with room for chat-template tokens; it is what is reserved, never billed
+the bound holds with room for chat-template tokens; image parts are counted by their
+model's image rule (`images.py`), not as the bytes of their base64 text; it is what is reserved, never billed
 when the upstream reports usage. A response without usage is counted at 4 characters a
 token of generated text, capped at the output bound reserved.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from gateway.exchange import Endpoint, Exchange
+from gateway.metering.images import ImageRule, image_urls
 
 INPUT_BYTES_PER_TOKEN = 3
 OUTPUT_CHARS_PER_TOKEN = 4
@@ -23,16 +26,25 @@ OUTPUT_PARAMS = (
 )  # the first present wins, as the simulator and OpenAI do
 
 
-def input_tokens_bound(exchange: Exchange) -> int:
+def input_tokens_bound(exchange: Exchange, image_rules: Sequence[ImageRule] = ()) -> int:
+    """Text at INPUT_BYTES_PER_TOKEN; each image part by the dearest of `image_rules` (the
+    rules of the models the request may go to), its URL's bytes not counted as text."""
     body = exchange.body
+    images = 0
     if exchange.endpoint is Endpoint.CHAT:
-        size = len(orjson.dumps(body.get("messages")))
+        messages = body.get("messages")
+        text = orjson.dumps(messages)
+        size = len(text)
+        if image_rules and b'"image_url"' in text:
+            for url in image_urls(messages):
+                size -= len(url)
+                images += max(rule.tokens(url) for rule in image_rules)
         tools = body.get("tools")
         if tools:
             size += len(orjson.dumps(tools))
     else:
         size = len(orjson.dumps(body.get("input")))
-    return -(-size // INPUT_BYTES_PER_TOKEN)
+    return -(-size // INPUT_BYTES_PER_TOKEN) + images
 
 
 def requested_output(body: dict[str, Any]) -> int | None:

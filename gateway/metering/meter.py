@@ -1,4 +1,5 @@
-"""meter: idempotency, rate limits and the budget reservation, before the upstream is called.
+"""meter: idempotency (`idempotency.py`), rate limits and the budget reservation, before the
+upstream is called.
 
 The reservation is an upper bound of the request's cost: the input estimate
 (`estimate.py`) at the worst input price among the candidates it may be routed to, plus
@@ -12,7 +13,6 @@ Rate limits and budgets are taken in one atomic store call: all of them, or none
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -20,22 +20,22 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime
 
 from gateway.config import MeteringConfig, StateConfig
-from gateway.errors import IdempotencyConflict, InvalidRequest, QuotaExceeded, StateStoreUnavailable
+from gateway.errors import QuotaExceeded, StateStoreUnavailable
 from gateway.exchange import Candidate, Endpoint, Exchange
-from gateway.metering import estimate, refusals
+from gateway.metering import estimate, idempotency, refusals
 from gateway.metering.bands import BudgetBands
+from gateway.metering.idempotency import IDEMPOTENCY_HEADER
+from gateway.metering.images import ImageRule
 from gateway.metering.plan import MeterPlan, MeterPlans, Periods, utc_now
 from gateway.metering.prices import PER_MILLION, Price, PriceBook
 from gateway.metering.records import BudgetCharge, RateCharge, ReserveOutcome, ReserveRequest
-from gateway.metering.ticket import IdempotencyHold, MeterTicket
+from gateway.metering.ticket import MeterTicket
+from gateway.output_limit import note_output_limit
 from gateway.ports import StateStore
 
 logger = logging.getLogger("tollgate.metering")
 
-IDEMPOTENCY_HEADER = "idempotency-key"
-REPLAYED_HEADER = "idempotent-replayed"
 CLAMPED_HEADER = "x-tollgate-max-tokens-clamped"
-_MAX_KEY_LENGTH = 255
 _ATTEMPTS = 4  # reserve tries when other requests keep taking what a clamped one would fit
 _UNBOUNDED = 2**62
 
@@ -65,6 +65,12 @@ class Meter:
         self._clock = clock
         self._cached_periods: tuple[date, Periods] | None = None
         # id(plan) -> (the plan, kept so its id stays its own; periods; counters)
+        image = metering.image_tokens
+        self._default_image_rule = ImageRule(image.patch_px, image.max_per_image)
+        self._image_rule_of = {
+            model: ImageRule(rule.patch_px, rule.max_per_image)
+            for model, rule in metering.image_tokens_by_model.items()
+        }
         self._counter_cache: dict[int, tuple[MeterPlan, Periods, tuple[tuple[str, int], ...]]] = {}
 
     async def __call__(self, exchange: Exchange) -> None:
@@ -76,8 +82,13 @@ class Meter:
         exchange.meter = ticket
         key = exchange.headers.get(IDEMPOTENCY_HEADER)
         try:
-            if key is not None and not exchange.stream and await self._replayed(exchange, ticket, key):
-                return
+            if key is not None and not exchange.stream:
+                exchange.idempotency = await idempotency.claim(
+                    self._store, exchange, key, self._lease_s(exchange)
+                )
+                if exchange.replay_body is not None:
+                    ticket.replayed = True
+                    return
             # An alias the caller may not use is refused by route, uncharged.
             if (
                 plan.metered
@@ -103,44 +114,12 @@ class Meter:
     def _lease_s(self, exchange: Exchange) -> float:
         return max(0.0, exchange.deadline - time.monotonic()) + self._lease_grace_s
 
-    async def _replayed(self, exchange: Exchange, ticket: MeterTicket, key: str) -> bool:
-        if not 0 < len(key) <= _MAX_KEY_LENGTH or not key.isascii() or not key.isprintable():
-            raise InvalidRequest(
-                f"Invalid Idempotency-Key header: use 1 to {_MAX_KEY_LENGTH} printable ASCII characters.",
-                code="invalid_idempotency_key",
-            )
-        tenant = ticket_tenant(exchange)
-        hold = IdempotencyHold(
-            hashlib.sha256(key.encode()).hexdigest(),
-            hashlib.sha256(exchange.endpoint.value.encode() + b"\0" + exchange.raw_body).hexdigest(),
-        )
-        claim = await self._store.claim_idempotency(
-            tenant, hold.key, hold.fingerprint, self._lease_s(exchange)
-        )
-        if claim.state == "in_flight":
-            raise IdempotencyConflict(
-                "A request with this Idempotency-Key is still in progress; retry once it has completed."
-            )
-        if claim.state == "mismatch":
-            raise InvalidRequest(
-                "This Idempotency-Key was already used for a different request; "
-                "use a new key for a new request.",
-                code="idempotency_key_reused",
-            )
-        if claim.state == "done" and claim.response is not None:
-            exchange.replay_body = claim.response.body
-            exchange.response_headers[REPLAYED_HEADER] = "true"
-            ticket.replayed = True
-            return True
-        ticket.idempotency = hold
-        return False
-
     async def _reserve(self, exchange: Exchange, ticket: MeterTicket, plan: MeterPlan) -> None:
         tenant = ticket_tenant(exchange)
         chat = exchange.endpoint is Endpoint.CHAT
         # Tokens matter (budgets or a tokens limit): the output must be bounded and reserved.
         bounded = bool(plan.budgets) or any(r.unit == "tokens" for r in plan.rates)
-        input_tokens = estimate.input_tokens_bound(exchange) if bounded else 0
+        input_tokens = estimate.input_tokens_bound(exchange, self._image_rules(exchange)) if bounded else 0
         choices = _choices(exchange) if chat else 1
         asked = estimate.requested_output(exchange.body) if chat else None
         cap = self._output_cap(asked, exchange) if chat and bounded else 0
@@ -172,12 +151,23 @@ class Meter:
             estimate.bound_output(exchange.body, per_choice)
             if per_choice < cap or (asked is not None and per_choice < asked):
                 exchange.response_headers[CLAMPED_HEADER] = str(per_choice)
+                note_output_limit(exchange, per_choice, "budget")
+            elif asked is None:
+                note_output_limit(exchange, per_choice, "default")
 
     def _output_cap(self, asked: int | None, exchange: Exchange) -> int:
         limit = exchange.decision.limits.max_tokens if exchange.decision is not None else None
         if asked is None:
             return limit if limit is not None else self._metering.default_max_tokens
         return asked if limit is None else min(asked, limit)
+
+    def _image_rules(self, exchange: Exchange) -> tuple[ImageRule, ...]:
+        """The image rules of the models the request may go to (the default's alone when no
+        model has its own)."""
+        by_model, default = self._image_rule_of, self._default_image_rule
+        if not by_model:
+            return (default,)
+        return tuple({by_model.get(c.model, default) for c in self._candidates(exchange)} or {default})
 
     def _candidates(self, exchange: Exchange) -> Sequence[Candidate]:
         if exchange.candidates:  # route ran first

@@ -16,7 +16,6 @@ from gateway.metering.bands import BudgetBands
 from gateway.metering.meter import Meter
 from gateway.metering.plan import MeterPlans
 from gateway.metering.prices import PriceBook
-from gateway.metering.produced import ProducedText
 from gateway.metering.settle import Settle
 from gateway.ports import StateStore
 
@@ -33,7 +32,6 @@ class MeteringParts:
     store: StateStore
     meter: Meter  # the stage: after the request-side policy stages, before route
     settle: Settle  # a finisher
-    produced: ProducedText  # a response guard, first of them
     bands: BudgetBands  # `await bands.band(principal)` for the policy input's "budget"
     admin: SpendAdmin | None  # GET /admin/spend, when `admin` is configured
 
@@ -55,7 +53,6 @@ def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore)
         store=store,
         meter=Meter(store, plans, prices, routes, config.metering, state, bands),
         settle=Settle(store, prices, config.metering, state),
-        produced=ProducedText(),
         bands=bands,
         admin=admin,
     )

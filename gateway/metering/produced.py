@@ -1,5 +1,6 @@
-"""A response guard that counts generated text, so a response without usage (a stream
-the client abandoned, or one the upstream cut) can still be settled with what it produced.
+"""A response guard that counts generated text, so a response without usage (from a server
+that does not report it, a stream the client abandoned, or one the upstream cut) can still be
+metered with what it produced (gateway/metering/counted.py).
 
 It goes first among the guards: text another guard holds back or drops was still generated.
 """
@@ -15,14 +16,10 @@ from gateway.ports import Chunk
 
 class ProducedText:
     def on_response(self, exchange: Exchange, body: dict[str, Any]) -> None:
-        ticket = exchange.meter
-        if ticket is not None:
-            ticket.produced_chars += generated_chars(body.get("choices"), "message")
+        exchange.produced_chars += generated_chars(body.get("choices"), "message")
 
     def on_chunk(self, exchange: Exchange, chunk: Chunk) -> list[Chunk]:
-        ticket = exchange.meter
-        if ticket is not None:
-            ticket.produced_chars += generated_chars(chunk.data.get("choices"), "delta")
+        exchange.produced_chars += generated_chars(chunk.data.get("choices"), "delta")
         return [chunk]
 
     def on_end(self, exchange: Exchange) -> list[Chunk]:

@@ -2,8 +2,9 @@
 reservation, the ledger gets its row, and an Idempotency-Key gets the response to replay.
 
 Actual usage is the upstream's when it reported it (cached input at the cached price);
-otherwise, when the upstream did answer (a stream cut short or abandoned), the input bound
-and the generated text counted at 4 characters a token; nothing when no upstream answered.
+otherwise, when an upstream did answer (a server that reports no usage, a stream cut short
+or abandoned), the gateway's own count (gateway/metering/counted.py); nothing when no
+upstream answered.
 A settle the store could not take is tried again in the background (it is idempotent)
 for half of `state.settled_keep_s`; past that, the reservation's lease releases it.
 """
@@ -16,9 +17,10 @@ import logging
 from gateway.config import MeteringConfig, StateConfig
 from gateway.errors import StateStoreUnavailable
 from gateway.exchange import Exchange
-from gateway.metering.estimate import produced_tokens
+from gateway.metering import idempotency
+from gateway.metering.counted import settle_usage
 from gateway.metering.prices import PriceBook
-from gateway.metering.records import LedgerEntry, RateCharge, Settlement, StoredResponse
+from gateway.metering.records import LedgerEntry, RateCharge, Settlement
 from gateway.metering.ticket import MeterTicket
 from gateway.ports import StateStore
 
@@ -49,8 +51,8 @@ class Settle:
         if ticket is None or ticket.replayed or exchange.principal is None:
             return
         tenant = exchange.principal.tenant.name
-        if ticket.idempotency is not None:
-            await self._close_idempotency(exchange, ticket, tenant)
+        if exchange.idempotency is not None:
+            await idempotency.close(self._store, exchange, exchange.idempotency, self._idempotency_ttl_s)
         settlement = self._settlement(exchange, ticket, tenant)
         if settlement is None:
             return
@@ -65,33 +67,13 @@ class Settle:
             self._retries[task] = settlement
             task.add_done_callback(lambda done: self._retries.pop(done, None))
 
-    async def _close_idempotency(self, exchange: Exchange, ticket: MeterTicket, tenant: str) -> None:
-        hold = ticket.idempotency
-        assert hold is not None
-        try:
-            if exchange.status == 200 and exchange.response_body is not None:
-                response = StoredResponse(200, exchange.response_body)
-                await self._store.complete_idempotency(
-                    tenant, hold.key, hold.fingerprint, response, self._idempotency_ttl_s
-                )
-            else:
-                await self._store.release_idempotency(tenant, hold.key)
-        except StateStoreUnavailable:
-            # The claim's lease ends with the request's deadline; a retry then starts afresh.
-            logger.warning("idempotency key not recorded: the state store is unavailable")
-
     def _settlement(self, exchange: Exchange, ticket: MeterTicket, tenant: str) -> Settlement | None:
         served = next((a for a in reversed(exchange.attempts) if a.status == 200), None)
-        usage = exchange.usage
+        usage = settle_usage(exchange)
         if served is None:
             prompt = cached = completion = 0
-        elif usage.reported:
-            prompt, cached, completion = usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens
         else:
-            prompt, cached = ticket.input_tokens, 0
-            completion = produced_tokens(ticket.produced_chars)
-            if ticket.output_tokens:
-                completion = min(completion, ticket.output_tokens)
+            prompt, cached, completion = usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens
         price = self._prices.get(served.model) if served else None
         cost = price.cost_micros(prompt, cached, completion) if price else 0
         periods = ticket.periods

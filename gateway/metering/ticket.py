@@ -8,14 +8,6 @@ from gateway.metering.plan import MeterPlan, Periods
 from gateway.metering.records import BudgetCharge, RateCharge
 
 
-@dataclass(frozen=True, slots=True)
-class IdempotencyHold:
-    """An Idempotency-Key this request claimed: stored with its response, or released."""
-
-    key: str  # SHA-256 of the client's key, hex
-    fingerprint: str  # SHA-256 of the endpoint and request body, hex
-
-
 @dataclass(slots=True)
 class MeterTicket:
     reservation_id: str
@@ -26,6 +18,4 @@ class MeterTicket:
     reserved: bool = False  # a reservation is open in the store
     input_tokens: int = 0  # the upper-bound estimate that was reserved
     output_tokens: int = 0  # the output bound that was reserved (max tokens times choices)
-    idempotency: IdempotencyHold | None = None
     replayed: bool = False  # answered from a stored response: nothing to settle
-    produced_chars: int = 0  # generated text seen in the response, for settling without usage

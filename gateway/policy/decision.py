@@ -5,6 +5,7 @@ A policy answers with one JSON object (see docs/policies.md), for example:
     {"allow": true, "reasons": [],
      "tools": {"allowed": ["search", "fetch_url"], "on_violation": "strip"},
      "tool_args": {"fetch_url": {"url": {"allowed_hosts": ["*.example.com"]}}},
+     "destinations": {"image_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]}},
      "redact": {"request": "tokenize", "response": "mask", "entities": ["EMAIL", "API_KEY"]},
      "route": {"upstreams": ["self-hosted"], "model_class": "frontier"},
      "limits": {"max_tokens": 4096, "tool_output_max_chars": 16000}}
@@ -33,11 +34,23 @@ class ArgConstraint:
 
     Host patterns: an exact host, or "*.example.com" for any subdomain of example.com.
     Private, loopback and link-local addresses are refused whatever the patterns say.
+    A required argument that is missing is a violation; an absent optional one passes.
     """
 
     allowed_hosts: tuple[str, ...] = ()
     allowed_schemes: tuple[str, ...] = ("https",)
     allowed_path_prefixes: tuple[str, ...] = ()
+    required: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Destinations:
+    """Where URLs in the request that the upstream fetches may point (data: URLs always may).
+
+    Without the policy's word, any public host over https.
+    """
+
+    image_url: ArgConstraint = ArgConstraint(allowed_hosts=("*",))
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +84,7 @@ class Decision:
     reasons: tuple[str, ...] = ()
     tools: ToolRules = ToolRules()
     tool_args: Mapping[str, Mapping[str, ArgConstraint]] = field(default_factory=dict)
+    destinations: Destinations = Destinations()
     redact: RedactRules = RedactRules()
     route: RouteRules = RouteRules()
     limits: Limits = Limits()
@@ -92,6 +106,7 @@ def parse_decision(value: Any) -> Decision:
         reasons=tuple(_strings(value.get("reasons", []), "reasons")),
         tools=_tools(value.get("tools", {})),
         tool_args=_tool_args(value.get("tool_args", {})),
+        destinations=_destinations(value.get("destinations", {})),
         redact=_redact(value.get("redact", {})),
         route=_route(value.get("route", {})),
         limits=_limits(value.get("limits", {})),
@@ -112,18 +127,32 @@ def _tool_args(value: Any) -> dict[str, dict[str, ArgConstraint]]:
         per_tool: dict[str, ArgConstraint] = {}
         for path, raw_rule in _object(paths, f"tool_args.{tool}").items():
             where = f"tool_args.{tool}.{path}"
-            rule = _object(raw_rule, where)
-            per_tool[path] = ArgConstraint(
-                allowed_hosts=tuple(_strings(rule.get("allowed_hosts", []), f"{where}.allowed_hosts")),
-                allowed_schemes=tuple(
-                    _strings(rule.get("allowed_schemes", ["https"]), f"{where}.allowed_schemes")
-                ),
-                allowed_path_prefixes=tuple(
-                    _strings(rule.get("allowed_path_prefixes", []), f"{where}.allowed_path_prefixes")
-                ),
-            )
+            per_tool[path] = _arg_constraint(raw_rule, where)
         result[tool] = per_tool
     return result
+
+
+def _arg_constraint(value: Any, where: str) -> ArgConstraint:
+    rule = _object(value, where)
+    required = rule.get("required", False)
+    if not isinstance(required, bool):
+        raise MalformedDecision(f"{where}.required must be a boolean")
+    return ArgConstraint(
+        allowed_hosts=tuple(_strings(rule.get("allowed_hosts", []), f"{where}.allowed_hosts")),
+        allowed_schemes=tuple(_strings(rule.get("allowed_schemes", ["https"]), f"{where}.allowed_schemes")),
+        allowed_path_prefixes=tuple(
+            _strings(rule.get("allowed_path_prefixes", []), f"{where}.allowed_path_prefixes")
+        ),
+        required=required,
+    )
+
+
+def _destinations(value: Any) -> Destinations:
+    value = _object(value, "destinations")
+    image_url = value.get("image_url")
+    if image_url is None:
+        return Destinations()
+    return Destinations(image_url=_arg_constraint(image_url, "destinations.image_url"))
 
 
 def _redact(value: Any) -> RedactRules:

@@ -6,8 +6,12 @@ arguments, so each holds back only what a match in progress needs; everything el
 goes out in the chunk it arrived in. Held text joins a later chunk of the same choice
 (at the latest the one carrying its finish_reason), or a closing chunk at the end.
 
+Everything an upstream sends that reaches the client goes through it, error texts included
+(`on_error`: an upstream's 400 may quote the request).
+
 Modes (`Decision.redact.response`, else config): placeholders issued for the request
-are restored unless the response is `mask` or `block`; `mask` replaces each entity in
+are restored unless the response is `mask` or `block`; with `tokenize`, any other entity in
+the answer (one the model wrote itself) is masked; `mask` replaces each entity in
 the model's output with its marker; `block` cuts the choice where the first entity
 begins and ends it with finish_reason "content_filter".
 """
@@ -19,17 +23,20 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import RedactionFailed
+from gateway.errors import GatewayError, RedactionFailed
 from gateway.exchange import Exchange
 from gateway.ports import Chunk
 from gateway.redaction.scrub import marker
 from gateway.redaction.state import RedactionCounters, RedactionState, StreamState
-from gateway.redaction.tokens import PlaceholderFinder
+from gateway.redaction.tokens import PlaceholderFinder, RestoreOrMask
 from gateway.redaction.window import Finder, Replacement, SlidingWindow, redact_whole
 
 logger = logging.getLogger("tollgate.redaction")
 
-CONTENT = -1  # window key for a choice's content; tool calls use their index
+# The texts of a message (or a delta), in the order the model writes them: reasoning (vLLM and
+# SGLang reasoning parsers, DeepSeek, Kimi), the answer, a refusal. Window keys: these names
+# for texts, the index for a tool call's arguments.
+TEXT_FIELDS = ("reasoning_content", "reasoning", "content", "refusal")
 CONTENT_FILTER = "content_filter"
 _ENVELOPE = ("id", "object", "created", "model", "system_fingerprint")
 
@@ -69,16 +76,29 @@ class RedactionGuard:
             self._failed(exchange, state, exc)
             return self._abandoned(state)
 
+    def on_error(self, exchange: Exchange, error: GatewayError) -> None:
+        """An upstream's error text (which may quote the request) gets what content gets."""
+        state = exchange.redaction
+        if state is None or not state.guards_response or not error.message:
+            return
+        try:
+            error.message, _ = self._whole(state, error.message, in_json=False)
+        except Exception as exc:
+            self._failed(exchange, state, exc)
+
     # non-streamed
 
     def _redact_message(self, state: RedactionState, choice: dict[str, Any], message: dict[str, Any]) -> None:
-        content = message.get("content")
-        if isinstance(content, str) and content:
-            message["content"], stopped = self._whole(state, content, in_json=False)
-            if stopped:
-                message.pop("tool_calls", None)
-                self._cut(choice)
-                return
+        _hide_logprobs(choice)
+        for position, field in enumerate(TEXT_FIELDS):
+            text = message.get(field)
+            if isinstance(text, str) and text:
+                message[field], stopped = self._whole(state, text, in_json=False)
+                if stopped:
+                    _drop_after(message, position, whole_message=True)
+                    message.pop("tool_calls", None)
+                    self._cut(choice)
+                    return
         calls = message.get("tool_calls")
         if not isinstance(calls, list):
             return
@@ -124,15 +144,18 @@ class RedactionGuard:
         index = choice.get("index", 0)
         if index in stream.stopped:
             return self._drop(choice, delta)
-        changed = False
-        content = delta.get("content")
-        if isinstance(content, str) and content:
-            window = self._window(state, stream, index, CONTENT)
-            released = window.push(content)
-            if released != content:
-                delta["content"] = released
+        changed = _hide_logprobs(choice)
+        for position, field in enumerate(TEXT_FIELDS):
+            text = delta.get(field)
+            if not isinstance(text, str) or not text:
+                continue
+            window = self._window(state, stream, index, field)
+            released = window.push(text)
+            if released != text:
+                delta[field] = released
                 changed = True
             if window.stopped:
+                _drop_after(delta, position)
                 self._stop(stream, index, choice, delta, keep_content=True)
                 return True
         calls = delta.get("tool_calls")
@@ -172,7 +195,7 @@ class RedactionGuard:
                 return True
         return changed
 
-    def _closing(self, stream: StreamState, held: dict[tuple[int, int], str]) -> list[Chunk]:
+    def _closing(self, stream: StreamState, held: dict[tuple[int, int | str], str]) -> list[Chunk]:
         """One last chunk for what is still held when a stream ends without finish_reason."""
         deltas: dict[int, dict[str, Any]] = {}
         for (index, key), text in held.items():
@@ -185,10 +208,12 @@ class RedactionGuard:
         data = {**stream.envelope, "choices": choices}
         return [Chunk(orjson.dumps(data), data)]
 
-    def _window(self, state: RedactionState, stream: StreamState, index: int, key: int) -> SlidingWindow:
+    def _window(
+        self, state: RedactionState, stream: StreamState, index: int, key: int | str
+    ) -> SlidingWindow:
         window = stream.windows.get((index, key))
         if window is None:
-            finder, replacement = self._tools(state, in_json=key != CONTENT)
+            finder, replacement = self._tools(state, in_json=isinstance(key, int))
             window = SlidingWindow(finder, replacement, stop_at_first=state.response == "block")
             stream.windows[(index, key)] = window
         return window
@@ -213,7 +238,9 @@ class RedactionGuard:
         self._cut(choice)
 
     def _drop(self, choice: dict[str, Any], delta: dict[str, Any]) -> bool:
-        dropped = delta.pop("content", None) is not None
+        dropped = _hide_logprobs(choice)
+        for field in TEXT_FIELDS:
+            dropped |= delta.pop(field, None) is not None
         dropped |= delta.pop("tool_calls", None) is not None
         if choice.get("finish_reason") is not None and choice["finish_reason"] != CONTENT_FILTER:
             choice["finish_reason"] = CONTENT_FILTER
@@ -230,10 +257,13 @@ class RedactionGuard:
 
     @staticmethod
     def _tools(state: RedactionState, in_json: bool) -> tuple[Finder, Replacement]:
-        if state.restores and state.vault is not None:
-            vault = state.vault
-            return PlaceholderFinder(vault), vault.restore_in_json if in_json else vault.restore
-        return state.detector, marker
+        vault = state.vault if state.restores else None
+        if vault is None:
+            return state.detector, marker  # mask, block, and tokenize with nothing issued
+        if state.response == "tokenize":  # the model's own values are masked, issued ones restored
+            finder = RestoreOrMask(vault, state.detector)
+            return finder, finder.replacement(in_json)
+        return PlaceholderFinder(vault), vault.restore_in_json if in_json else vault.restore
 
     def _failed(self, exchange: Exchange, state: RedactionState, exc: Exception) -> None:
         self._counters.failures += 1
@@ -257,9 +287,9 @@ class RedactionGuard:
         return self._closing(state.stream, {k: w.abandon() for k, w in state.stream.windows.items()})
 
 
-def _append(delta: dict[str, Any], key: int, text: str) -> None:
-    if key == CONTENT:
-        delta["content"] = (delta.get("content") or "") + text
+def _append(delta: dict[str, Any], key: int | str, text: str) -> None:
+    if isinstance(key, str):
+        delta[key] = (delta.get(key) or "") + text
         return
     calls = delta.setdefault("tool_calls", [])
     for call in calls:
@@ -267,3 +297,20 @@ def _append(delta: dict[str, Any], key: int, text: str) -> None:
             call["function"]["arguments"] = call["function"].get("arguments", "") + text
             return
     calls.append({"index": key, "function": {"arguments": text}})
+
+
+def _drop_after(texts: dict[str, Any], position: int, whole_message: bool = False) -> None:
+    """The texts after the one `block` cut are withheld (a whole message keeps a null content)."""
+    for later in TEXT_FIELDS[position + 1 :]:
+        if whole_message and later == "content":
+            texts["content"] = None
+        else:
+            texts.pop(later, None)
+
+
+def _hide_logprobs(choice: dict[str, Any]) -> bool:
+    """Log probabilities spell the answer out token by token, raw: a guarded answer has none."""
+    if choice.get("logprobs") is None:
+        return False
+    choice["logprobs"] = None
+    return True

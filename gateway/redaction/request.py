@@ -1,10 +1,22 @@
 """Every text a request carries, and the request mode applied to each.
 
-Chat: every message's content (a string, or the `text` of each content part), whatever
-its role, so tool results too; each assistant tool call's `function.arguments` (JSON
-text) and a legacy `function_call.arguments`; with `scan_tool_descriptions`, each
-tool's `description` and every `description` inside its parameter schema.
-Embeddings: `input`, a string or a list of strings.
+Every string the upstream receives is scanned, found by walking the body rather than by a
+list of fields, so a field added tomorrow (or a server's own extension) is covered too:
+messages (content strings and content parts, `name`, `refusal`, whatever else a message
+holds, whatever its role), the top-level `user`, `metadata` values, `prediction`, embeddings
+`input`, unknown fields. What is left alone:
+
+- structural values, which say what something is and never what anyone wrote: the keys in
+  `STRUCTURAL` (model, role, type, ids, enums, tool_choice, stop sequences) at any depth, and
+  the names in function objects (a tool call's `function`, a legacy `function_call`);
+- payloads that are not text: `image_url` and `input_audio` parts, `file_data`, `file_id`,
+  and any `data:` URL (base64 is not prose, and a scan could take its characters for a key);
+- tool definitions (`tools`, legacy `functions`) and `response_format` schemas: the
+  developer's schema, not user data; with `scan_tool_descriptions`, each `description` in them
+  is scanned.
+
+Tool-call `function.arguments` (and a legacy `function_call.arguments`) are JSON text: values
+are tokenised unescaped there.
 """
 
 from __future__ import annotations
@@ -24,47 +36,84 @@ from gateway.redaction.tokens import Vault, placeholders_in
 # Where a text sits: its container and key, and whether it is JSON text (tool arguments).
 Slot = tuple[dict[str, Any] | list[Any], Any, bool]
 
+STRUCTURAL = frozenset(
+    {
+        "model",
+        "role",
+        "type",
+        "id",
+        "tool_call_id",
+        "object",
+        "detail",
+        "format",
+        "voice",
+        "encoding_format",
+        "modalities",
+        "reasoning_effort",
+        "service_tier",
+        "tool_choice",
+        "stop",
+    }
+)
+"""Keys whose string values are structure (names of things, enums, ids): never scanned."""
+
+NOT_TEXT = frozenset({"image_url", "input_audio", "file_data", "file_id"})
+"""Keys whose values are addresses or encoded binary data: never scanned as text."""
+
+SCHEMAS = frozenset({"tools", "functions", "response_format"})
+"""Top-level keys holding the developer's schemas: only their descriptions, and only when asked."""
+
+FUNCTIONS = frozenset({"function", "function_call"})
+"""Keys of function objects (a tool call's, a legacy function_call): the name is structure, the
+arguments JSON text."""
+
 
 def text_slots(endpoint: Endpoint, body: dict[str, Any], tool_descriptions: bool) -> Iterator[Slot]:
-    if endpoint is Endpoint.EMBEDDINGS:
-        value = body.get("input")
-        if isinstance(value, str):
-            yield body, "input", False
-        elif isinstance(value, list):
-            yield from ((value, i, False) for i, item in enumerate(value) if isinstance(item, str))
+    """Every text of a request body (chat or embeddings: one walk serves both)."""
+    for key, value in body.items():
+        if key in SCHEMAS:
+            if tool_descriptions:
+                yield from _descriptions(value)
+        else:
+            yield from _texts(body, key, value)
+
+
+def _texts(container: dict[str, Any] | list[Any], key: Any, value: Any) -> Iterator[Slot]:
+    """The texts at `container[key]`, at any depth, less what is structure or not text."""
+    if isinstance(key, str):
+        if key in STRUCTURAL or key in NOT_TEXT:
+            return
+        if key in FUNCTIONS and isinstance(value, dict):
+            if isinstance(value.get("arguments"), str):
+                yield value, "arguments", True
+            return
+    if isinstance(value, str):
+        if value and not _is_data_url(value):
+            yield container, key, False
+    elif isinstance(value, dict):
+        for inner_key, inner in value.items():
+            yield from _texts(value, inner_key, inner)
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            yield from _texts(value, index, inner)
+
+
+def _is_data_url(value: str) -> bool:
+    return value.startswith("data:") and ";base64," in value[:256]
+
+
+def _descriptions(node: Any) -> Iterator[Slot]:
+    if isinstance(node, list):
+        for item in node:
+            yield from _descriptions(item)
         return
-    for message in body.get("messages") or ():
-        if not isinstance(message, dict):
-            continue
-        content = message.get("content")
-        if isinstance(content, str):
-            yield message, "content", False
-        elif isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    yield part, "text", False
-        for call in message.get("tool_calls") or ():
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-                yield function, "arguments", True
-        legacy = message.get("function_call")
-        if isinstance(legacy, dict) and isinstance(legacy.get("arguments"), str):
-            yield legacy, "arguments", True
-    if tool_descriptions:
-        for tool in body.get("tools") or ():
-            function = tool.get("function") if isinstance(tool, dict) else None
-            if isinstance(function, dict):
-                yield from _descriptions(function)
-
-
-def _descriptions(node: dict[str, Any]) -> Iterator[Slot]:
+    if not isinstance(node, dict):
+        return
     for key, value in node.items():
         if key == "description" and isinstance(value, str):
             yield node, key, False
-        elif isinstance(value, dict):
+        elif isinstance(value, dict | list):
             yield from _descriptions(value)
-        elif isinstance(value, list):
-            yield from (s for item in value if isinstance(item, dict) for s in _descriptions(item))
 
 
 def redact_request(

@@ -6,9 +6,10 @@ tenant's mode. A gateway's own scrubber (`settings.scrubber_for(config)`) also k
 tenants' custom kinds and the credentials written in the config; the log formatter uses
 that one. A record with nothing to scrub comes back as the very same object.
 
-A `Verbatim` string is an id the gateway rendered as hex (one it minted, or a traceparent's
-trace id, which the parser allows to be hex digits only) and passes as it is: a scan could
-read a run of its digits as a card number and log an id that matches nothing.
+A `Verbatim` string is an id the gateway rendered as hex (one it minted or derived, or a
+traceparent's trace id once the scrubber found nothing in it) and passes as it is: a scan
+could read a run of its digits as a card number and log an id that matches nothing. Never
+make a client's text Verbatim: hex a client chose can spell a card number.
 
 A scrubber remembers the short strings it found clean (a bounded table), since a log line
 repeats most of its values (tenant, model, upstream, route, status): a record whose strings

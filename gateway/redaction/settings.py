@@ -83,8 +83,11 @@ def custom_kinds(block: RedactionConfig) -> tuple[EntityKind, ...]:
 
 
 def configured_secrets(config: GatewayConfig) -> list[str]:
-    """Credentials written in the config (upstream keys and tokens): never to appear in a log."""
+    """Credentials written in the config (upstream keys and tokens, the request-id key): never to
+    appear in a log."""
     found: list[str] = []
+    if config.server.request_id_key:
+        found.append(config.server.request_id_key)
     for upstream in config.upstreams.values():
         for name in ("api_key", "api_token"):
             value = getattr(upstream, name, None)

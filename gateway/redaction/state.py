@@ -36,7 +36,7 @@ class RedactionCounters:
 class StreamState:
     """The response guard's windows for one streamed answer."""
 
-    windows: dict[tuple[int, int], SlidingWindow] = field(default_factory=dict)  # (choice, -1 | tool)
+    windows: dict[tuple[int, int | str], SlidingWindow] = field(default_factory=dict)  # (choice, text | tool)
     stopped: set[int] = field(default_factory=set)  # choices cut by `block`
     envelope: dict[str, Any] = field(default_factory=dict)  # id, created, model: for a closing chunk
 
@@ -64,4 +64,4 @@ class RedactionState:
 
     @property
     def guards_response(self) -> bool:
-        return not self.disabled and (self.restores or self.rules.response in ("mask", "block"))
+        return not self.disabled and (self.restores or self.rules.response in ("mask", "block", "tokenize"))

@@ -6,11 +6,17 @@ client sees it. The vault lives on the request's Exchange only, so a placeholder
 means anything to another request, let alone another tenant. Placeholders already
 written in the request by the client are never issued, and a placeholder the model
 invents is left as it is.
+
+A `tokenize` answer is read by `RestoreOrMask`: the placeholders the vault issued are
+restored, and a value the model wrote on its own (one that was never a placeholder: from
+its training, a guess, a tool result it repeats) is masked as `mask` would: only what the
+client sent comes back to it as it was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import orjson
 import regex
@@ -93,3 +99,57 @@ class PlaceholderFinder:
                 start, end = match.span()
                 found.append(Found(start, end, match.group(1), start, end))
         return found, len(text)
+
+
+class _Scanner(Protocol):
+    def find(self, text: str) -> list[Found]: ...
+
+    def scan(self, text: str, pos: int, final: bool = False) -> tuple[list[Found], int]: ...
+
+
+class RestoreOrMask:
+    """A `Finder` for a `tokenize` answer: the placeholders `vault` issued and the entities
+    `detector` finds, in one ordered list; `replacement` restores the first and masks the rest."""
+
+    __slots__ = ("_detector", "_placeholders", "_vault")
+
+    def __init__(self, vault: Vault, detector: _Scanner) -> None:
+        self._vault = vault
+        self._placeholders = PlaceholderFinder(vault)
+        self._detector = detector
+
+    def find(self, text: str) -> list[Found]:
+        found, _ = self.scan(text, 0, final=True)
+        return found
+
+    def scan(self, text: str, pos: int, final: bool = False) -> tuple[list[Found], int]:
+        placeholders, placeholders_hold = self._placeholders.scan(text, pos, final)
+        entities, entities_hold = self._detector.scan(text, pos, final)
+        hold = min(placeholders_hold, entities_hold)
+        if not entities:
+            found = placeholders
+        elif not placeholders:
+            found = entities
+        else:  # earliest first, then longest; one that overlaps an earlier one is dropped
+            found = []
+            for item in sorted((*placeholders, *entities), key=lambda f: (f.start, f.start - f.end)):
+                if not found or item.start >= found[-1].end:
+                    found.append(item)
+        kept: list[Found] = []
+        for item in found:
+            if item.end > hold:  # the other finder holds back from before its end: so does this one
+                hold = min(hold, item.start)
+                break
+            kept.append(item)
+        return kept, hold
+
+    def replacement(self, in_json: bool) -> Callable[[Found, str], str]:
+        vault = self._vault
+        restore = vault.restore_in_json if in_json else vault.restore
+
+        def replace(found: Found, value: str) -> str:
+            if vault.value(value) is not None:
+                return restore(found, value)
+            return f"[{found.kind}]"
+
+        return replace

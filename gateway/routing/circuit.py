@@ -1,6 +1,6 @@
 """A circuit breaker for one replica.
 
-    closed ──(failure_threshold consecutive failures, or a failed probe)──▶ open
+    closed ──(failure_threshold consecutive failures, or probe_failures failed probes)──▶ open
     open ──(cool-down over, or a probe answers)──▶ half-open
     half-open ──(its one trial request succeeds)──▶ closed
     half-open ──(the trial fails)──▶ open again, for twice the cool-down (up to the maximum)
@@ -27,15 +27,17 @@ class BreakerSettings:
     failure_threshold: int = 5  # consecutive failed attempts that open the circuit
     cooldown_s: float = 10.0  # how long it first stays open
     max_cooldown_s: float = 120.0  # the cool-down doubles after each failed trial, up to this
+    probe_failures: int = 3  # consecutive failed probes that open the circuit
 
 
 class CircuitBreaker:
-    __slots__ = ("_cooldown", "_failures", "_reopens_at", "_settings", "_state", "_trial")
+    __slots__ = ("_cooldown", "_failures", "_probe_failures", "_reopens_at", "_settings", "_state", "_trial")
 
     def __init__(self, settings: BreakerSettings) -> None:
         self._settings = settings
         self._state = CircuitState.CLOSED
         self._failures = 0
+        self._probe_failures = 0  # consecutive; kept when the circuit opens, reset by any success
         self._cooldown = settings.cooldown_s
         self._reopens_at = 0.0  # when an open circuit turns half-open
         self._trial = False  # a half-open circuit's one trial request is in flight
@@ -63,6 +65,7 @@ class CircuitBreaker:
     def succeeded(self) -> None:
         self._state = CircuitState.CLOSED
         self._failures = 0
+        self._probe_failures = 0
         self._cooldown = self._settings.cooldown_s
         self._trial = False
 
@@ -81,16 +84,20 @@ class CircuitBreaker:
         self._trial = False
 
     def probed(self, healthy: bool, now: float) -> None:
-        """An active probe's answer: a healthy replica gets its trial now, a failing one is opened."""
+        """An active probe's answer: a healthy replica gets its trial now; one failing
+        `probe_failures` probes in a row is opened, and kept open while they keep failing."""
         state = self.state(now)
         if healthy:
+            self._probe_failures = 0
             if state is CircuitState.OPEN:
                 self._state = CircuitState.HALF_OPEN
-        elif state is not CircuitState.OPEN:
+            return
+        self._probe_failures += 1
+        if state is CircuitState.OPEN:
+            self._reopens_at = max(self._reopens_at, now + self._cooldown)
+        elif self._probe_failures >= self._settings.probe_failures:
             self._trial = False
             self._open(now)
-        else:
-            self._reopens_at = max(self._reopens_at, now + self._cooldown)
 
     def _open(self, now: float) -> None:
         self._state = CircuitState.OPEN

@@ -7,6 +7,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gateway.ports import Health
 from gateway.routing.circuit import BreakerSettings, CircuitBreaker, CircuitState
 from gateway.routing.rendezvous import load_bound, stable_hash, weight
 
@@ -22,6 +23,9 @@ class PoolSettings:
     bounded_load_factor: float = 1.25  # a replica spills above this times the average in flight...
     min_load_bound: int = 16  # ...and never below this many requests in flight (per gateway process)
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
+    # With requests in flight, or one answered this recently, a replica is busy, not down: a
+    # probe it leaves unanswered or answers "unhealthy" does not count against it.
+    busy_grace_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +34,7 @@ class ReplicaStatus:
     circuit: CircuitState
     in_flight: int
     ttfb_s: float | None  # moving average of the time to the first byte, None before any success
+    probe: Health | None  # the last active probe's answer, None before any
 
 
 class ReplicaPool:
@@ -55,6 +60,8 @@ class ReplicaPool:
         self._in_flight = [0] * len(addresses)
         self._total = 0
         self._ttfb: list[float | None] = [None] * len(addresses)
+        self._answered_at: list[float | None] = [None] * len(addresses)  # last first byte or end
+        self._probes: list[Health | None] = [None] * len(addresses)
         self._cursor = 0  # round robin, and least-loaded tie-breaks
 
     def acquire(
@@ -78,12 +85,16 @@ class ReplicaPool:
             self._breakers[replica].dispatched(now)
         return replica
 
-    def release(self, replica: int) -> None:
+    def release(self, replica: int, answered: bool = False) -> None:
+        """The request is over; `answered`: it was a stream the replica served to its end."""
         self._in_flight[replica] -= 1
         self._total -= 1
         self._breakers[replica].abandoned()
+        if answered:
+            self._answered_at[replica] = self._clock()
 
     def succeeded(self, replica: int, first_byte_s: float) -> None:
+        self._answered_at[replica] = self._clock()
         self._breakers[replica].succeeded()
         previous = self._ttfb[replica]
         self._ttfb[replica] = (
@@ -95,15 +106,27 @@ class ReplicaPool:
         if counts:
             self._breakers[replica].failed(self._clock())
 
-    def probed(self, replica: int, healthy: bool) -> None:
-        self._breakers[replica].probed(healthy, self._clock())
+    def probed(self, replica: int, health: Health) -> None:
+        """An active probe's answer. Only a refused connection counts against a busy replica."""
+        self._probes[replica] = health
+        now = self._clock()
+        if health is not Health.UP and health is not Health.UNREACHABLE and self.busy(replica, now):
+            return
+        self._breakers[replica].probed(health is Health.UP, now)
+
+    def busy(self, replica: int, now: float) -> bool:
+        """Serving requests: some in flight (each bounded by its own timeouts), or one answered lately."""
+        if self._in_flight[replica]:
+            return True
+        answered = self._answered_at[replica]
+        return answered is not None and now - answered <= self._settings.busy_grace_s
 
     def status(self) -> list[ReplicaStatus]:
         now = self._clock()
         return [
-            ReplicaStatus(address, breaker.state(now), in_flight, ttfb)
-            for address, breaker, in_flight, ttfb in zip(
-                self.addresses, self._breakers, self._in_flight, self._ttfb, strict=True
+            ReplicaStatus(address, breaker.state(now), in_flight, ttfb, probe)
+            for address, breaker, in_flight, ttfb, probe in zip(
+                self.addresses, self._breakers, self._in_flight, self._ttfb, self._probes, strict=True
             )
         ]
 

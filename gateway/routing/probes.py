@@ -1,5 +1,6 @@
 """Active health checks: every replica of a pool is probed in the background, and the answers
-feed its circuit breaker (a failing probe opens it; a healthy one lets an open one try again)."""
+feed its circuit breaker (enough failing probes in a row open it, unless the replica is busy
+serving requests; a healthy one lets an open one try again)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gateway.ports import Upstream
+from gateway.ports import Health, Upstream
 from gateway.routing.pool import ReplicaPool
 
 logger = logging.getLogger("tollgate.routing")
@@ -20,6 +21,7 @@ class ProbeTarget:
     upstream: Upstream
     pool: ReplicaPool
     interval_s: float
+    timeout_s: float = 5.0  # the time each probe is allowed
 
 
 class HealthProber:
@@ -40,15 +42,16 @@ class HealthProber:
         """Probe every replica of one upstream once, concurrently."""
         replicas = range(len(target.pool.addresses))
         results = await asyncio.gather(
-            *(target.upstream.check_health(i) for i in replicas), return_exceptions=True
+            *(target.upstream.check_health(i, target.timeout_s) for i in replicas), return_exceptions=True
         )
         for replica, result in zip(replicas, results, strict=True):
+            health = result if isinstance(result, Health) else Health.DOWN
             if isinstance(result, BaseException):
                 logger.warning(
                     "health probe failed",
                     extra={"upstream": target.upstream.name, "replica": replica, "error": repr(result)},
                 )
-            target.pool.probed(replica, result is True)
+            target.pool.probed(replica, health)
 
     async def _run(self, target: ProbeTarget) -> None:
         while True:

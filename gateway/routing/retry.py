@@ -2,8 +2,8 @@
 
 The forwarder asks this policy after each failure; the rules, in order:
 
-- the request itself is at fault (`client_fault`): nobody retries it, anywhere;
-- a failure that another attempt cannot cure (`retryable` false): the next candidate;
+- a failure that another attempt cannot cure (`retryable` false), an upstream's refusal of
+  the request (400/413/422) among them: the next candidate, never this upstream again;
 - otherwise up to `retries` more attempts on this upstream, each on a replica not yet
   tried, at once; with no such replica, the same one again only when the upstream said
   when (Retry-After), the wait fits the deadline and `max_retry_wait_s`, and no other
@@ -31,14 +31,23 @@ class AttemptPolicy:
     max_retry_wait_s: float = 2.0  # the longest Retry-After the gateway waits out itself
     first_byte_s: float = 60.0  # time to the first byte of a small prompt...
     first_byte_per_1k_tokens_s: float = 0.25  # ...plus this per thousand prompt tokens (prefill)
+    response_headers_s: float = 300.0  # time to the response head of any request, plus the same
 
     def first_byte_timeout(self, prompt_tokens: int) -> float:
         """Prefill-heavy requests are slow to start, not stuck: the allowance grows with the prompt."""
-        return self.first_byte_s + self.first_byte_per_1k_tokens_s * prompt_tokens / 1000
+        return self.first_byte_s + self._prefill_s(prompt_tokens)
+
+    def response_headers_timeout(self, prompt_tokens: int) -> float:
+        """The time to the response head, for every request (a non-streamed answer's head
+        comes after its whole generation): past it, the attempt has failed and the next is tried."""
+        return self.response_headers_s + self._prefill_s(prompt_tokens)
+
+    def _prefill_s(self, prompt_tokens: int) -> float:
+        return self.first_byte_per_1k_tokens_s * prompt_tokens / 1000
 
     def may_retry(self, error: UpstreamError, attempts: int) -> bool:
         """Whether this upstream gets another attempt after `attempts` of them, the last failing so."""
-        return error.retryable and not error.client_fault and attempts <= self.retries
+        return error.retryable and attempts <= self.retries
 
     def retry_after_wait(self, error: UpstreamError, remaining: float, fallback_left: bool) -> float | None:
         """Seconds to wait before asking the same replica again, or None to move on."""

@@ -21,6 +21,7 @@ class UpstreamRoute:
     pool: ReplicaPool
     policy: AttemptPolicy
     probe_interval_s: float  # 0: no active probes
+    probe_timeout_s: float
 
 
 def build_routes(config: GatewayConfig, upstreams: Mapping[str, Upstream]) -> dict[str, UpstreamRoute]:
@@ -30,7 +31,7 @@ def build_routes(config: GatewayConfig, upstreams: Mapping[str, Upstream]) -> di
 
 def probe_targets(routes: Mapping[str, UpstreamRoute]) -> list[ProbeTarget]:
     return [
-        ProbeTarget(route.upstream, route.pool, route.probe_interval_s)
+        ProbeTarget(route.upstream, route.pool, route.probe_interval_s, route.probe_timeout_s)
         for route in routes.values()
         if route.probe_interval_s > 0
     ]
@@ -38,15 +39,17 @@ def probe_targets(routes: Mapping[str, UpstreamRoute]) -> list[ProbeTarget]:
 
 def _route(spec: UpstreamConfig, upstream: Upstream) -> UpstreamRoute:
     health = spec.health
-    pool_settings = PoolSettings(
-        breaker=BreakerSettings(health.failure_threshold, health.cooldown_s, health.max_cooldown_s)
+    breaker = BreakerSettings(
+        health.failure_threshold, health.cooldown_s, health.max_cooldown_s, health.probe_failures
     )
+    pool_settings = PoolSettings(breaker=breaker, busy_grace_s=health.busy_grace_s)
     if isinstance(spec, OpenAICompatUpstream):
         pool_settings = PoolSettings(
             balance=spec.balance,
             bounded_load_factor=spec.bounded_load_factor,
             min_load_bound=spec.min_load_bound,
-            breaker=pool_settings.breaker,
+            breaker=breaker,
+            busy_grace_s=health.busy_grace_s,
         )
     probe_interval = health.probe_interval_s
     if probe_interval is None:
@@ -59,6 +62,8 @@ def _route(spec: UpstreamConfig, upstream: Upstream) -> UpstreamRoute:
             max_retry_wait_s=spec.max_retry_wait_s,
             first_byte_s=spec.timeouts.first_byte_s,
             first_byte_per_1k_tokens_s=spec.timeouts.first_byte_per_1k_tokens_s,
+            response_headers_s=spec.timeouts.response_headers_s,
         ),
         probe_interval_s=probe_interval,
+        probe_timeout_s=health.probe_timeout_s,
     )

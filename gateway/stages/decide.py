@@ -18,6 +18,7 @@ from typing import Any
 
 from gateway.errors import PermissionDenied, PolicyUnavailable, model_not_found
 from gateway.exchange import Endpoint, Exchange, Principal
+from gateway.output_limit import note_output_limit
 from gateway.policy.cache import DecisionCache
 from gateway.policy.decision import Decision, MalformedDecision, parse_decision
 from gateway.policy.input import BUDGET_OK, PolicyInput, build_input
@@ -198,11 +199,16 @@ def _cap_max_tokens(exchange: Exchange, decision: Decision) -> None:
     if cap is None or exchange.endpoint is not Endpoint.CHAT:
         return
     body = exchange.body
-    capped = False
+    present = False
+    lowered = False
     for name in ("max_tokens", "max_completion_tokens"):
         asked = body.get(name)
         if isinstance(asked, int):
-            body[name] = min(asked, cap)
-            capped = True
-    if not capped:
+            present = True
+            if asked > cap:
+                body[name] = cap
+                lowered = True
+    if not present:
         body["max_tokens"] = cap
+    if lowered or not present:
+        note_output_limit(exchange, cap, "policy")

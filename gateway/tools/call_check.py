@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-import orjson
+from typing import Any
 
 from gateway.policy.decision import ArgConstraint, Decision
-from gateway.tools.arg_paths import InvalidPath, ShapeMismatch, parse_path, values_at
+from gateway.tools.arg_paths import InvalidPath, MissingArgument, ShapeMismatch, parse_path, values_at
 from gateway.tools.destinations import check_destination
 
 _NAME_SHOWN = 64
@@ -50,25 +50,59 @@ def check_call(decision: Decision, name: str, arguments: str) -> str | None:
 
 
 def check_arguments(constraints: Mapping[str, ArgConstraint], arguments: str) -> str | None:
+    """None when every constrained argument is a string pointing where its rule allows."""
     try:
-        parsed = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
+        parsed = json.loads(arguments, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except _DuplicateKey as exc:
+        return f"the arguments repeat the key {str(exc)!r}"
+    except (ValueError, RecursionError):
         return "the arguments are not valid JSON"
     if not isinstance(parsed, dict):
         return "the arguments are not a JSON object"
     for path, rule in constraints.items():
         try:
-            steps = parse_path(path)
-            found = list(values_at(parsed, steps))
+            found = list(values_at(parsed, parse_path(path), required=rule.required))
         except InvalidPath:
             return f"the policy's argument path {path!r} is invalid"
+        except MissingArgument:
+            return f"required argument {path!r} is missing"
         except ShapeMismatch as exc:
             return f"argument {path!r}: {exc}"
         for value in found:
-            for item in value if isinstance(value, list) else (value,):
-                if not isinstance(item, str):
-                    return f"argument {path!r} is not a string"
-                reason = check_destination(item, rule)
-                if reason is not None:
-                    return f"argument {path!r}: {reason}"
+            if not isinstance(value, str):
+                return f"argument {path!r} is not a string but {_json_type(value)}"
+            reason = check_destination(value, rule)
+            if reason is not None:
+                return f"argument {path!r}: {reason}"
     return None
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # JSON parsers disagree on which of two equal keys wins: the tool might read the one
+    # that was not checked.
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return result
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "an array" if isinstance(value, list) else "an object"

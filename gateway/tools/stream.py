@@ -3,9 +3,10 @@
 Per choice, each tool call (by its upstream `index`) is in one of these states:
 
     passing   allowed, no argument constraints: its deltas flow on as they arrive
-    held      its arguments must be checked (or its name has not arrived): deltas are
-              buffered until the call is complete, i.e. the next call starts, the choice
-              finishes or the stream ends; then it is released as one delta, or blocked
+    held      its arguments must be checked (or its name has not arrived, or may still
+              grow into another allowed name): deltas are buffered until the call is
+              complete, i.e. the next call starts, the choice finishes or the stream
+              ends; then it is released as one delta, or blocked
     released  checked and sent
     blocked   dropped; the client gets a content delta explaining why
 
@@ -169,8 +170,8 @@ class ToolCallStream:
         state.latest = index
         call = _Call("held", name=name)
         state.calls[index] = call
-        if not name:
-            return call  # judged when complete, once its name is known
+        if not name or _may_grow(self._decision, name):
+            return call  # judged when complete, once its whole name is known
         refusal = tool_refusal(self._decision, name)
         if refusal is not None:
             self._block(choice_index, state, call, refusal, out)
@@ -210,6 +211,12 @@ class ToolCallStream:
     def _chunk(self, choice_index: int, delta: dict[str, Any]) -> Chunk:
         data = {**self._envelope, "choices": [{"index": choice_index, "delta": delta, "finish_reason": None}]}
         return Chunk(orjson.dumps(data), data)
+
+
+def _may_grow(decision: Decision, name: str) -> bool:
+    """Whether `name` may be the first part of a longer allowed name (servers that stream
+    names in pieces): judging it now would block a good call or pass a bad one."""
+    return any(allowed != name and allowed.startswith(name) for allowed in decision.tools.allowed)
 
 
 def _list(value: Any) -> list[Any]:

@@ -9,33 +9,26 @@ from gateway.errors import UpstreamRejected, UpstreamTimeout, UpstreamUnavailabl
 
 
 @pytest.mark.parametrize(
-    ("upstream_status", "status", "code", "retryable", "client_fault"),
+    ("upstream_status", "status", "code", "retryable"),
     [
-        (400, 400, "upstream_rejected", False, True),
-        (413, 413, "upstream_rejected", False, True),
-        (422, 400, "upstream_rejected", False, True),
-        (401, 502, "upstream_auth_failed", False, False),
-        (403, 502, "upstream_auth_failed", False, False),
-        (404, 502, "upstream_not_found", False, False),
-        (408, 504, "upstream_timeout", True, False),
-        (504, 504, "upstream_timeout", True, False),
-        (429, 429, "upstream_rate_limited", True, False),
-        (502, 503, "upstream_unavailable", True, False),
-        (503, 503, "upstream_unavailable", True, False),
-        (500, 502, "upstream_error", True, False),
-        (418, 502, "upstream_error", False, False),
+        (400, 400, "upstream_rejected", False),
+        (413, 413, "upstream_rejected", False),
+        (422, 400, "upstream_rejected", False),
+        (401, 502, "upstream_auth_failed", False),
+        (403, 502, "upstream_auth_failed", False),
+        (404, 502, "upstream_not_found", False),
+        (408, 504, "upstream_timeout", True),
+        (504, 504, "upstream_timeout", True),
+        (429, 429, "upstream_rate_limited", True),
+        (502, 503, "upstream_unavailable", True),
+        (503, 503, "upstream_unavailable", True),
+        (500, 502, "upstream_error", True),
+        (418, 502, "upstream_error", False),
     ],
 )
-def test_from_status(
-    upstream_status: int, status: int, code: str, retryable: bool, client_fault: bool
-) -> None:
+def test_from_status(upstream_status: int, status: int, code: str, retryable: bool) -> None:
     error = from_status("up", upstream_status, "why", None)
-    assert (error.status, error.code, error.retryable, error.client_fault) == (
-        status,
-        code,
-        retryable,
-        client_fault,
-    )
+    assert (error.status, error.code, error.retryable) == (status, code, retryable)
     assert error.upstream == "up"
     assert "'up'" in error.message
 
@@ -43,8 +36,9 @@ def test_from_status(
 def test_rejection_keeps_the_upstreams_message() -> None:
     error = from_status("up", 400, "'n' must be 1", None)
     assert isinstance(error, UpstreamRejected)
-    assert error.message == "Upstream 'up' rejected the request: 'n' must be 1"
-    assert error.body()["error"]["type"] == "invalid_request_error"
+    assert error.message == "Upstream 'up' rejected the request (HTTP 400): 'n' must be 1"
+    # The upstream's refusal, told apart from the gateway's own invalid_request_error.
+    assert (error.body()["error"]["type"], error.code) == ("upstream_error", "upstream_rejected")
 
 
 def test_credentials_failure_does_not_echo_the_upstreams_message() -> None:

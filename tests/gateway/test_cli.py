@@ -20,12 +20,13 @@ from gateway.config import load_config
 from gateway.keys import hash_key
 from simulator import RunningSimulator
 from tests.harness import HELLO, free_port, recorded
-from tests.servers import UPSTREAM_KEY
+from tests.servers import REQUEST_ID_KEY, UPSTREAM_KEY
 
 CONFIG = """\
 server:
   host: 127.0.0.1
   access_log: false
+  request_id_key: {request_id_key}
 upstreams:
   local:
     kind: openai_compat
@@ -43,7 +44,10 @@ keys_file: keys.yaml
 
 def _config(tmp_path: Path, base_url: str = "http://127.0.0.1:8081/v1") -> Path:
     path = tmp_path / "tollgate.yaml"
-    path.write_text(CONFIG.format(base_url=base_url, api_key=UPSTREAM_KEY), encoding="utf-8")
+    path.write_text(
+        CONFIG.format(base_url=base_url, api_key=UPSTREAM_KEY, request_id_key=REQUEST_ID_KEY),
+        encoding="utf-8",
+    )
     return path
 
 

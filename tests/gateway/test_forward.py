@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from simulator import RunningSimulator
 from tests.harness import HELLO, chat_body, eventually, openai_error, openai_upstream, recorded
@@ -79,19 +80,52 @@ def test_preferred_candidate_answers_when_healthy(
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_client_fault_does_not_fail_over(
+def test_an_upstreams_rejection_fails_over_to_the_next_candidate(
     http: httpx.Client, upstream: RunningSimulator, request_id: str, stream: bool
 ) -> None:
-    upstream.faults.set({"status": 400, "message": "temperature is out of range"}, count=1, replica=0)
+    # e.g. a llama.cpp server refusing a parameter or header that the fallback takes
+    upstream.faults.set({"status": 400, "message": "unsupported parameter"}, count=1, replica=0)
+    response = http.post(
+        "/v1/chat/completions",
+        json=chat_body("failover", stream=stream),
+        headers={"x-request-id": request_id},
+    )
+    assert response.status_code == 200
+    assert _attempts(upstream, request_id) == [(0, 400), (1, 200)]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_rejection_by_every_candidate_is_relayed_as_the_upstreams(
+    http: httpx.Client, upstream: RunningSimulator, request_id: str, stream: bool
+) -> None:
+    before = _rejections(http)
+    upstream.faults.set({"status": 400, "message": "temperature is out of range"}, count=2)
     response = http.post(
         "/v1/chat/completions",
         json=chat_body("failover", stream=stream),
         headers={"x-request-id": request_id},
     )
     error = openai_error(response, 400)
-    assert "temperature is out of range" in error["message"]
-    assert error["code"] == "upstream_rejected"
-    assert _attempts(upstream, request_id) == [(0, 400)]
+    assert (
+        error["message"] == "Upstream 'backup' rejected the request (HTTP 400): temperature is out of range"
+    )
+    # Its own type and code: not the gateway's invalid_request_error, so operators can tell.
+    assert (error["type"], error["code"]) == ("upstream_error", "upstream_rejected")
+    assert _attempts(upstream, request_id) == [(0, 400), (1, 400)]
+    # Counted per upstream (and replica), so a server that refuses what others take shows up.
+    assert eventually(lambda: _rejections(http) == {k: v + 1 for k, v in before.items()})
+
+
+def _rejections(http: httpx.Client) -> dict[str, float]:
+    counts = dict.fromkeys(("local", "backup"), 0.0)
+    for family in text_string_to_metric_families(http.get("/metrics").text):
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name != "tollgate_upstream_attempts_total" or labels["tollgate_upstream"] not in counts:
+                continue
+            if labels["tollgate_outcome"] == "upstream_rejected":
+                counts[labels["tollgate_upstream"]] += sample.value
+    return counts
 
 
 def test_every_candidate_failing_returns_the_last_error(
@@ -183,7 +217,8 @@ def test_upstream_400_keeps_the_upstreams_message(client: openai.OpenAI, upstrea
         client.chat.completions.create(model="chat", messages=HELLO, extra_body={"x_sim": x_sim})
     assert caught.value.status_code == 400
     assert "'top_k' must be below 100" in caught.value.message
-    assert caught.value.type == "invalid_request_error"
+    assert caught.value.type == "upstream_error"  # the upstream's refusal, not the gateway's
+    assert caught.value.code == "upstream_rejected"
 
 
 # Deadlines

@@ -176,20 +176,30 @@ def test_healthz(gateway: RunningGateway) -> None:
 def test_readyz_reports_each_upstream(gateway: RunningGateway, upstream: RunningSimulator) -> None:
     response = httpx.get(gateway.url + "/readyz", timeout=10)
     assert response.status_code == 200
-    assert response.json() == {
-        "status": "ready",
-        "upstreams": {
-            "local": "up",
-            "backup": "up",
-            "dead": "down",
-            "impatient": "up",
-            "paced": "up",
-            "misconfigured": "up",
-        },
+    report = response.json()
+    assert report["status"] == "ready"
+    assert report["upstreams"] == {
+        "local": "up",
+        "backup": "up",
+        "dead": "down",
+        "impatient": "up",
+        "paced": "up",
+        "misconfigured": "up",
+    }
+    # Each replica by its index (never its address): the answer now, and what the pool knows.
+    assert set(report["replicas"]) == set(report["upstreams"])
+    [dead] = report["replicas"]["dead"]
+    assert dead == {
+        "replica": 0,
+        "health": "unreachable",
+        "circuit": "closed",
+        "in_flight": 0,
+        "last_probe": None,
     }
     upstream.faults.down(1)
     report = httpx.get(gateway.url + "/readyz", timeout=10).json()
     assert report["upstreams"]["backup"] == "down"
+    assert report["replicas"]["backup"][0]["health"] == "unreachable"
     assert report["upstreams"]["local"] == "up"
     upstream.faults.up(1)
     assert httpx.get(gateway.url + "/readyz", timeout=10).json()["upstreams"]["backup"] == "up"

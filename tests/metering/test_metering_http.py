@@ -113,6 +113,7 @@ async def test_a_hard_budget_lowers_max_tokens_to_what_it_covers_then_refuses(
     first = post(metered, "capped", hello(max_tokens=100), **{"x-request-id": "capped-1"})
     assert first.status_code == 200, first.text
     assert first.headers["x-tollgate-max-tokens-clamped"] == "19"
+    assert first.headers["x-tollgate-max-tokens"] == "19; reason=budget"
     [sent] = recorded(upstream_sim, "capped-1")
     assert sent.body["max_tokens"] == 19
     usage = first.json()["usage"]
@@ -338,6 +339,9 @@ def test_a_metered_request_without_an_output_cap_gets_the_default_one_upstream(
     assert response.status_code == 200
     [sent] = recorded(upstream_sim, "default-cap")
     assert sent.body["max_tokens"] == 4096  # metering.default_max_tokens: the bound that was reserved
+    assert response.headers["x-tollgate-max-tokens"] == "4096; reason=default"
+    asked = post(metered, "streamer", hello(max_tokens=50))
+    assert "x-tollgate-max-tokens" not in asked.headers  # the client's own limit, untouched
     assert "x-tollgate-max-tokens-clamped" not in response.headers
 
 

@@ -8,12 +8,17 @@ from typing import Any
 DEMO_TOOLS = {"allowed": ["fetch_url", "get_weather", "search"], "on_violation": "strip"}
 DEMO_TOOL_ARGS = {
     "fetch_url": {
-        "url": {"allowed_hosts": ["*.wikipedia.org", "docs.python.org"], "allowed_schemes": ["https"]}
+        "url": {
+            "allowed_hosts": ["*.wikipedia.org", "docs.python.org"],
+            "allowed_schemes": ["https"],
+            "required": True,
+        }
     }
 }
 DEMO_REDACT = {"request": "mask", "response": "off", "entities": ["EMAIL", "CREDIT_CARD", "API_KEY"]}
 LIMITS = {"max_tokens": 4096, "tool_output_max_chars": 16000}
 NO_REDACT = {"request": "off", "response": "off", "entities": []}
+DESTINATIONS = {"image_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]}}
 
 
 def input_doc(**overrides: Any) -> dict[str, Any]:
@@ -48,6 +53,7 @@ def allowed(**overrides: Any) -> dict[str, Any]:
         "reasons": [],
         "tools": DEMO_TOOLS,
         "tool_args": DEMO_TOOL_ARGS,
+        "destinations": DESTINATIONS,
         "redact": DEMO_REDACT,
         "route": {"upstreams": ["local"]},
         "limits": LIMITS,
@@ -76,6 +82,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "reasons": ["tenant mallory is not known to the policy"],
             "tools": {"allowed": [], "on_violation": "reject"},
             "tool_args": {},
+            "destinations": DESTINATIONS,
             "redact": NO_REDACT,
             "route": {"upstreams": ["local"]},
             "limits": LIMITS,
@@ -87,9 +94,9 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         allowed(allow=False, reasons=["model gpt-9 is not allowed for tenant demo"]),
     ),
     (
-        "a named tool_choice not allowed",
+        "a named tool_choice not allowed: left to the gateway's tool guard",
         input_doc(tools=["shell"], tool_choice="named", tool_choice_name="shell"),
-        allowed(allow=False, reasons=["tool_choice names a tool not allowed for this tenant: shell"]),
+        allowed(),
     ),
     (
         "confidential data keeps to the local upstream",

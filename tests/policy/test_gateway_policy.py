@@ -62,6 +62,18 @@ def test_an_allowed_request_is_served_with_max_tokens_capped(
     assert sent.body["max_tokens"] == 64
 
 
+@pytest.mark.parametrize(
+    ("asked", "header"), [(5000, "64; reason=policy"), (None, "64; reason=policy"), (32, None)]
+)
+def test_the_response_says_when_the_policy_set_or_lowered_the_output_limit(
+    http: httpx.Client, asked: int | None, header: str | None
+) -> None:
+    body = chat_body() if asked is None else chat_body(max_tokens=asked)
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200
+    assert response.headers.get("x-tollgate-max-tokens") == header
+
+
 def test_a_model_the_policy_does_not_list_is_refused_with_its_reason(policy_gateway: RunningGateway) -> None:
     with (
         openai.OpenAI(base_url=policy_gateway.base_url, api_key=TEST_KEY, max_retries=0) as client,
@@ -81,8 +93,9 @@ def test_an_unknown_model_is_still_a_404(http: httpx.Client) -> None:
 def test_a_tool_not_listed_is_refused_for_a_rejecting_tenant(http: httpx.Client) -> None:
     tools = [{"type": "function", "function": {"name": n, "parameters": {}}} for n in ("search", "shell")]
     error = openai_error(http.post("/v1/chat/completions", json=chat_body(tools=tools)), 403)
-    assert error["code"] == "policy_denied"
-    assert "tools not allowed for this tenant: shell" in error["message"]
+    assert error["code"] == "tool_not_allowed"
+    assert error["message"] == "Tools not allowed by policy: 'shell'."
+    assert error["param"] == "tools"
 
 
 def test_a_data_class_keeps_the_request_on_its_permitted_upstreams(

@@ -170,12 +170,14 @@ def test_tokenize_round_trip_streamed_at_any_split(
 def test_tool_call_arguments_are_restored_and_invented_placeholders_left_alone(
     redaction_gateway: RunningGateway, upstream: RunningSimulator, stream: bool
 ) -> None:
-    arguments = {"to": "<EMAIL_1>", "cc": "<EMAIL_9>", "note": "card <CREDIT_CARD_1>"}
-    x_sim = {"tool_calls": [{"name": "send", "arguments": arguments}], "chunk_chars": 3}
+    # The call's arguments are made of what the model received: every text of the request is
+    # scanned, x_sim's too, so placeholders written there would be the client's own.
+    x_sim = {"tool_calls": [{"name": "send", "echo": "note"}], "chunk_chars": 3}
+    text = f"mail {EMAIL} about {CARD}, cc <EMAIL_9>"
     with client(redaction_gateway, "tokenize") as oai:
         answer = oai.chat.completions.create(
             model="chat",
-            messages=[{"role": "user", "content": f"mail {EMAIL} about {CARD}"}],
+            messages=[{"role": "user", "content": text}],
             stream=stream,
             extra_body={"x_sim": x_sim},
         )
@@ -183,7 +185,7 @@ def test_tool_call_arguments_are_restored_and_invented_placeholders_left_alone(
             got = json.loads(streamed_text(answer)[1][0])
         else:
             got = json.loads(answer.choices[0].message.tool_calls[0].function.arguments)  # type: ignore[union-attr,index]
-    assert got == {"to": EMAIL, "cc": "<EMAIL_9>", "note": f"card {CARD}"}
+    assert got == {"note": text}  # issued placeholders restored, the client's own left as written
 
 
 def test_placeholders_belong_to_one_request(

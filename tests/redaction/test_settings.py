@@ -72,6 +72,14 @@ def test_the_scrubber_knows_configured_credentials_and_every_custom_kind() -> No
     assert scrubber.text("key up-key-0123456, ticket TCK-1234") == "key [SECRET], ticket [TICKET]"
 
 
+def test_the_request_id_key_is_a_configured_credential() -> None:
+    cfg = GatewayConfig.model_validate(
+        {**config().model_dump(by_alias=True), "server": {"request_id_key": "rid-key-0123456789"}}
+    )
+    assert configured_secrets(cfg) == ["rid-key-0123456789", "up-key-0123456"]
+    assert scrubber_for(cfg, BUILTIN_CATALOG).text("k=rid-key-0123456789") == "k=[SECRET]"
+
+
 def _exchange(tenant: str, decision: Decision | None = None) -> Exchange:
     exchange = Exchange("r1", Endpoint.CHAT, 0.0, 1.0, {}, b"")
     exchange.principal = Principal(Tenant(tenant), "k")

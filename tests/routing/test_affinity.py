@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from simulator import RunningSimulator
-from tests.harness import eventually, openai_upstream
+from tests.harness import eventually, openai_upstream, recorded
 from tests.routing.conftest import REPLICAS
 from tests.routing.conversations import Conversation, ideal_cached_tokens
 from tests.servers import TEST_KEY, UPSTREAM_KEY, RunningGateway, gateway_config, running_gateway
@@ -82,7 +82,7 @@ class Replay:
         self.cached += details.cached_tokens or 0 if details else 0
         self.prompt += response.usage.prompt_tokens
         self.prompts.setdefault(conversation.name, []).append(messages)
-        [served] = [r for r in self.sim.requests if r.headers.get("x-request-id") == request_id]
+        [served] = recorded(self.sim, request_id)
         return served.replica
 
     def run(self, conversations: list[Conversation], turns: range) -> dict[str, list[int]]:
@@ -159,7 +159,7 @@ def test_workers_ai_gets_the_prompt_family_as_its_session_affinity(
                 model="kimi", messages=conversation.ask(number), extra_headers={"x-request-id": request_id}
             )
             conversation.answered(response.choices[0].message.content or "")
-            [served] = [r for r in sim.requests if r.headers.get("x-request-id") == request_id]
+            [served] = recorded(sim, request_id)
             keys.setdefault(conversation.name, set()).add(served.headers.get("x-session-affinity"))
             instances.setdefault(conversation.name, set()).add(served.workers_ai_replica)
             if number:

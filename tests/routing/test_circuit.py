@@ -68,8 +68,11 @@ def test_a_failed_trial_reopens_it_for_longer_up_to_the_maximum() -> None:
 
 def test_probes() -> None:
     breaker = CircuitBreaker(SETTINGS)
+    for _ in range(SETTINGS.probe_failures - 1):
+        breaker.probed(False, 0.0)
+    assert breaker.state(0.0) is CircuitState.CLOSED  # one slow answer is not a dead replica...
     breaker.probed(False, 0.0)
-    assert breaker.state(0.0) is CircuitState.OPEN  # a failing probe opens at once
+    assert breaker.state(0.0) is CircuitState.OPEN  # ...probe_failures of them in a row are
     breaker.probed(False, 5.0)
     assert not breaker.available(12.0)  # and keeps it open a cool-down past the last one
     breaker.probed(True, 12.0)
@@ -77,3 +80,13 @@ def test_probes() -> None:
     assert breaker.available(12.0)
     breaker.probed(True, 12.0)
     assert breaker.state(12.0) is CircuitState.HALF_OPEN  # only a request's success closes it
+
+
+def test_a_healthy_probe_or_a_served_request_resets_the_probe_failures() -> None:
+    breaker = CircuitBreaker(SETTINGS)
+    for reset in (lambda: breaker.probed(True, 0.0), breaker.succeeded):
+        for _ in range(SETTINGS.probe_failures - 1):
+            breaker.probed(False, 0.0)
+        reset()
+    breaker.probed(False, 0.0)
+    assert breaker.state(0.0) is CircuitState.CLOSED

@@ -6,12 +6,13 @@ from collections import Counter
 
 import pytest
 
+from gateway.ports import Health
 from gateway.routing.circuit import BreakerSettings, CircuitState
 from gateway.routing.pool import PoolSettings, ReplicaPool
 from gateway.routing.rendezvous import ranked, stable_hash
 
 REPLICAS = [f"http://127.0.0.1:{9000 + i}/v1" for i in range(4)]
-BREAKER = BreakerSettings(failure_threshold=2, cooldown_s=10.0)
+BREAKER = BreakerSettings(failure_threshold=2, cooldown_s=10.0, probe_failures=1)
 
 
 class Clock:
@@ -83,7 +84,7 @@ def test_an_open_circuit_moves_only_its_sessions_and_they_come_back() -> None:
         replica = _take(pool, key)
         pool.release(replica)
         assert replica == (home[key] if home[key] != 1 else _preferred(key)[1])
-    pool.probed(1, healthy=True)  # half-open: one trial
+    pool.probed(1, Health.UP)  # half-open: one trial
     trial_key = next(key for key in keys if home[key] == 1)
     assert _take(pool, trial_key) == 1
     pool.succeeded(1, 0.01)
@@ -115,7 +116,7 @@ def test_tried_replicas_are_skipped_and_then_there_is_none() -> None:
 def test_with_every_circuit_open_only_the_last_resort_gets_one() -> None:
     pool = _pool()
     for replica in range(4):
-        pool.probed(replica, healthy=False)
+        pool.probed(replica, Health.DOWN)
     assert pool.acquire("s") is None
     assert pool.acquire("s", respect_health=False) == _preferred("s")[0]
 
@@ -125,7 +126,7 @@ def test_single_endpoint() -> None:
     assert pool.acquire("s") == 0
     assert pool.acquire(None) == 0
     assert pool.acquire("s", tried={0}) is None
-    pool.probed(0, healthy=False)
+    pool.probed(0, Health.UNREACHABLE)  # two requests in flight: only a refused connection counts
     assert pool.acquire("s") is None
     assert pool.acquire("s", respect_health=False) == 0
 
@@ -138,7 +139,7 @@ def test_round_robin_cycles_whatever_the_key() -> None:
 
 def test_round_robin_skips_an_open_circuit() -> None:
     pool = _pool(balance="round_robin")
-    pool.probed(2, healthy=False)
+    pool.probed(2, Health.DOWN)
     assert Counter(_take(pool, None) for _ in range(9)) == {0: 3, 1: 3, 3: 3}
 
 
@@ -162,3 +163,29 @@ def test_release_counts_down_and_status_reports() -> None:
     assert status.in_flight == 0
     assert status.address == REPLICAS[replica]
     assert status.ttfb_s == pytest.approx(0.7)  # moving average, 0.2 of each new sample
+
+
+def test_a_busy_replica_is_not_marked_down_by_probes_it_leaves_unanswered() -> None:
+    clock = Clock()
+    pool = _pool(clock, busy_grace_s=30.0)
+    replica = _take(pool, "long-prefill")  # in flight: a server serving one request at a time
+    for _ in range(5):
+        pool.probed(replica, Health.SILENT)
+        pool.probed(replica, Health.DOWN)  # "no slot available" is busy too
+    assert pool.status()[replica].circuit is CircuitState.CLOSED
+    pool.succeeded(replica, 40.0)
+    pool.release(replica)
+    clock.now += 29.0  # answered lately: still busy, not down
+    pool.probed(replica, Health.SILENT)
+    assert pool.status()[replica].circuit is CircuitState.CLOSED
+    clock.now += 2.0  # idle past the grace: an unanswered probe counts again
+    pool.probed(replica, Health.SILENT)
+    assert pool.status()[replica].circuit is CircuitState.OPEN
+
+
+def test_a_refused_connection_counts_even_against_a_busy_replica() -> None:
+    pool = _pool()
+    replica = _take(pool, "s")
+    pool.probed(replica, Health.UNREACHABLE)
+    assert pool.status()[replica].circuit is CircuitState.OPEN
+    assert pool.status()[replica].probe is Health.UNREACHABLE

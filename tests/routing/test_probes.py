@@ -11,9 +11,9 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.ports import ChunkStream, UpstreamRequest, UpstreamResponse
-from gateway.routing.circuit import CircuitState
-from gateway.routing.pool import ReplicaPool
+from gateway.ports import ChunkStream, Health, UpstreamRequest, UpstreamResponse
+from gateway.routing.circuit import BreakerSettings, CircuitState
+from gateway.routing.pool import PoolSettings, ReplicaPool
 from gateway.routing.probes import HealthProber, ProbeTarget
 from simulator import RunningSimulator
 from tests.harness import HELLO, eventually, openai_upstream, recorded
@@ -28,7 +28,7 @@ class ScriptedHealth:
     provider = "openai"
     address = "scripted:1"
 
-    def __init__(self, healthy: list[bool]) -> None:
+    def __init__(self, healthy: list[Health]) -> None:
         self.healthy = healthy
         self.replicas = tuple(f"http://replica-{i}/v1" for i in range(len(healthy)))
         self.checks = 0
@@ -39,26 +39,26 @@ class ScriptedHealth:
     async def stream(self, request: UpstreamRequest) -> ChunkStream:
         raise NotImplementedError
 
-    async def check_health(self, replica: int | None = None) -> bool:
+    async def check_health(self, replica: int, timeout_s: float) -> Health:
         self.checks += 1
-        return self.healthy[replica if replica is not None else 0]
+        return self.healthy[replica]
 
     async def aclose(self) -> None:
         pass
 
 
 async def test_a_probe_feeds_every_replicas_circuit() -> None:
-    upstream = ScriptedHealth([True, False, True])
-    pool = ReplicaPool(upstream.replicas)
+    upstream = ScriptedHealth([Health.UP, Health.UNREACHABLE, Health.UP])
+    pool = ReplicaPool(upstream.replicas, PoolSettings(breaker=BreakerSettings(probe_failures=1)))
     await HealthProber([]).probe(ProbeTarget(upstream, pool, 1.0))
     assert [s.circuit for s in pool.status()] == [CircuitState.CLOSED, CircuitState.OPEN, CircuitState.CLOSED]
-    upstream.healthy[1] = True
+    upstream.healthy[1] = Health.UP
     await HealthProber([]).probe(ProbeTarget(upstream, pool, 1.0))
     assert pool.status()[1].circuit is CircuitState.HALF_OPEN
 
 
 async def test_the_prober_runs_until_closed() -> None:
-    upstream = ScriptedHealth([True, True])
+    upstream = ScriptedHealth([Health.UP, Health.UP])
     prober = HealthProber([ProbeTarget(upstream, ReplicaPool(upstream.replicas), 0.01)])
     prober.start()
     while upstream.checks < 6:
@@ -70,7 +70,7 @@ async def test_the_prober_runs_until_closed() -> None:
 
 
 async def test_targets_without_an_interval_are_not_probed() -> None:
-    upstream = ScriptedHealth([True])
+    upstream = ScriptedHealth([Health.UP])
     prober = HealthProber([ProbeTarget(upstream, ReplicaPool(upstream.replicas), 0)])
     prober.start()
     await asyncio.sleep(0.02)

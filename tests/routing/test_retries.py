@@ -34,6 +34,9 @@ def gateway(pool_sim: RunningSimulator) -> Iterator[RunningGateway]:
             "pool": _pool(pool_sim, health=never_open),
             "impatient-pool": _pool(pool_sim, health=never_open, timeouts={"first_byte_s": 0.3}),
             "single": openai_upstream(pool_sim.openai_base_url(2), health=never_open),
+            "single-quick-heads": openai_upstream(
+                pool_sim.openai_base_url(2), health=never_open, timeouts={"response_headers_s": 0.5}
+            ),
             "wai": {
                 "kind": "workers_ai",
                 "account_id": "acct-1",
@@ -49,6 +52,10 @@ def gateway(pool_sim: RunningSimulator) -> Iterator[RunningGateway]:
             "single": [{"upstream": "single", "model": "single-model"}],
             "single-then-pool": [
                 {"upstream": "single", "model": "single-model"},
+                {"upstream": "pool", "model": "pool-model"},
+            ],
+            "hung-then-pool": [
+                {"upstream": "single-quick-heads", "model": "single-model"},
                 {"upstream": "pool", "model": "pool-model"},
             ],
             "kimi": [
@@ -247,3 +254,17 @@ def test_an_attempt_gets_only_what_remains_of_the_deadline(
     assert openai_error(response, 504)["code"] == "upstream_timeout"
     # The first attempt used up the deadline: there was no time left for a retry.
     assert len(recorded(sim, request_id)) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_hung_candidate_fails_over_once_its_response_head_is_overdue(
+    client: openai.OpenAI, sim: RunningSimulator, session: str, stream: bool
+) -> None:
+    # A non-streamed answer's head would otherwise be waited for until the 30 s deadline.
+    sim.faults.set({"kind": "hang"}, count=1, replica=2)
+    request_id, model = _ask(client, "hung-then-pool", session, stream, timeout=20)
+    assert model == "pool-model"
+    attempts = recorded(sim, request_id)
+    assert attempts[0].replica == 2
+    assert attempts[-1].status == 200
+    assert eventually(lambda: attempts[0].client_disconnected)  # the gateway hung up on the hung one

@@ -20,7 +20,7 @@ def test_names_follow_the_collectors_translation() -> None:
 
 def _worker(tokens: float, duration: float, circuit: float) -> Registry:
     registry = Registry()
-    registry.counter(TOKENS).add(("t", "m", "input"), tokens)
+    registry.counter(TOKENS).add(("t", "m", "input", "reported"), tokens)
     registry.histogram(CLIENT_DURATION).observe(("chat", "openai", "m", "h", "u", ""), duration, "a" * 32)
     registry.observed(CIRCUIT_STATE, lambda: [(("u", "0"), circuit)])
     return registry
@@ -33,7 +33,7 @@ def test_counters_and_histograms_add_up_and_gauges_of_live_workers_take_the_wors
         specs,
         [Snapshot(one.snapshot(), True), Snapshot(two.snapshot(), True), Snapshot(gone.snapshot(), False)],
     )
-    assert merged[TOKENS.name] == {("t", "m", "input"): 16}
+    assert merged[TOKENS.name] == {("t", "m", "input", "reported"): 16}
     counts, total, _, low, high = merged[CLIENT_DURATION.name][("chat", "openai", "m", "h", "u", "")]
     assert sum(counts) == 3
     assert total == pytest.approx(0.53)
@@ -54,6 +54,6 @@ def test_counters_and_histograms_add_up_and_gauges_of_live_workers_take_the_wors
 def test_new_label_sets_past_the_limit_are_counted_as_overflow() -> None:
     counter = Registry().counter(TOKENS)
     for index in range(MAX_SERIES + 5):
-        counter.add((str(index), "m", "input"))
+        counter.add((str(index), "m", "input", "reported"))
     assert len(counter.series) == MAX_SERIES + 1
-    assert counter.series[(OVERFLOW,) * 3] == 5
+    assert counter.series[(OVERFLOW,) * 4] == 5

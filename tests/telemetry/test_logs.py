@@ -61,8 +61,12 @@ def test_log_lines_carry_the_request_and_trace_ids(
 
     # The access line is a finisher's: written just after the response went out.
     assert eventually(lambda: any(e["logger"] == "tollgate.access" for e in mine()))
-    for entry in mine():
-        assert entry["trace_id"] == trace_id
-        assert len(entry["span_id"]) == 16
     [sent] = recorded(upstream, request_id)
-    assert sent.headers["traceparent"].split("-")[1] == trace_id
+    followed = sent.headers["traceparent"].split("-")[1]
+    # A trace id the scrubber would change is a client's hex that could hold a card number:
+    # not followed, a new trace starts, and the client's id is written nowhere.
+    assert (followed != trace_id) if card_like else (followed == trace_id)
+    for entry in mine():
+        assert entry["trace_id"] == followed
+        assert len(entry["span_id"]) == 16
+    assert trace_id not in lines.getvalue() or not card_like

@@ -95,6 +95,9 @@ def test_retries_and_fallbacks_are_counted_by_outcome(
     traced_client.chat.completions.create(model="failover", messages=HELLO)
     assert _value(url, name, tollgate_attempt_kind="fallback", tollgate_outcome="success") == fallbacks + 1
     assert _value(url, name, tollgate_upstream="local", tollgate_outcome="upstream_unavailable") == failed + 1
+    assert {
+        dict(k)["tollgate_replica"] for k in _samples(url, name) if ("tollgate_upstream", "local") in k
+    } == {"0"}
 
 
 def test_session_growth_is_by_turn_bucket(traced: RunningGateway, traced_client: openai.OpenAI) -> None:

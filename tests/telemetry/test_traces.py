@@ -16,7 +16,7 @@ from tests.servers import TEST_KEY, UPSTREAM_KEY, RunningGateway, running_gatewa
 from tests.telemetry.conftest import telemetry_block, traced_config
 from tests.telemetry.receiver import OtlpReceiver, ReceivedSpan, otlp_grpc_receiver
 
-STAGES_WITHOUT_POLICY = ["admit", "redact", "tool_offer", "context_cap", "route"]
+STAGES_WITHOUT_POLICY = ["admit", "redact", "tool_offer", "image_destinations", "context_cap", "route"]
 
 
 def _traceparent(sampled: bool = True) -> tuple[str, str, str]:
@@ -94,16 +94,17 @@ def test_a_request_is_one_trace_from_the_client_span_to_the_upstream(
     assert attributes["gen_ai.usage.input_tokens"] == usage.prompt_tokens
     assert attributes["gen_ai.usage.output_tokens"] == usage.completion_tokens
     assert "gen_ai.usage.cache_read.input_tokens" in attributes
+    assert attributes["tollgate.usage.source"] == "reported"  # not counted by the gateway
     assert "gen_ai.request.stream" not in attributes
     assert server.start_ns <= attempt.start_ns <= attempt.end_ns <= server.end_ns
 
     for span in spans:
         assert span.attributes["tollgate.request_id"] == request_id, span.name
 
-    # The upstream got the attempt's span as its parent, and the request id.
+    # The upstream got the attempt's span as its parent, and the id derived from the request id.
     [sent] = recorded(upstream, request_id)
     assert sent.headers["traceparent"] == f"00-{trace_id}-{attempt.span_id}-01"
-    assert sent.headers["x-request-id"] == request_id
+    assert sent.headers["x-request-id"] == attempt.attributes["tollgate.upstream_request_id"]
 
 
 def test_a_stream_records_its_time_to_first_chunk(

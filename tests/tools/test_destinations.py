@@ -42,7 +42,7 @@ def test_allowed_urls_pass(url: str) -> None:
         ("https://docs.example.com /", "whitespace"),
         ("https://docs.example.com\n.evil.com/", "control"),
         ("https:///path-only", "no host"),
-        ("https://docs.example.com:99999/", "not a valid URL"),
+        ("https://docs.example.com:99999/", "invalid port"),
         ("https://[::1/", "not a valid URL"),
         ("https://%65vil.com/", "not a valid host name"),
     ],
@@ -150,3 +150,209 @@ def test_path_arguments_are_checked_against_prefixes() -> None:
 def test_an_empty_constraint_allows_nothing() -> None:
     assert check_destination("https://example.com/", ArgConstraint()) is not None
     assert check_destination("example.com", ArgConstraint()) is not None
+
+
+# A corpus of destinations an attacker might have a model emit, by class: each must be
+# refused under a rule that allows https to *.example.com (and the benign twin passes).
+MALICIOUS = {
+    "port": [
+        "https://docs.example.com:0/",
+        "https://docs.example.com:00/",
+        "https://docs.example.com:65536/",
+        "https://docs.example.com:4294967377/",
+        "https://docs.example.com:http/",
+        "https://docs.example.com:/",
+        "https://docs.example.com:+443/",
+        "https://docs.example.com:-1/",
+        "https://docs.example.com:\u0664\u0664\u0663/",  # Arabic-Indic digits
+        "https://docs.example.com:443:443/",
+        "https://[2606:4700::1]:0/",
+    ],
+    "userinfo": [
+        "https://docs.example.com@evil.com/",
+        "https://docs.example.com:443@evil.com/",
+        "https://@evil.com/",
+        "https://docs.example.com%40evil.com/",
+        "https://evil.com#@docs.example.com/",
+        "https://evil.com?@docs.example.com/",
+    ],
+    "backslash": [
+        "https://evil.com\\@docs.example.com/",
+        "https:\\\\evil.com/",
+        "https://docs.example.com\\..\\evil",
+    ],
+    "idn": [
+        "https://faß.example.com/",  # IDNA 2003 says fass, IDNA 2008 says xn--fa-hia
+        "https://\uff44\uff4f\uff43\uff53.example.com/",  # fullwidth letters
+        "https://docs.example.com\u3002evil.com/",  # ideographic full stop
+        "https://docs.ex\u0430mple.com/",  # Cyrillic a: another domain
+        "https://xn--docs-9ta.example.org/",
+        "https://docs\u200d.example.com/",  # zero-width joiner
+    ],
+    "trailing dots": ["https://example.com./", "https://docs.example.com../", "https://.example.com/"],
+    "ipv4 forms": [
+        "https://2130706433/",
+        "https://0x7f000001/",
+        "https://0x7f.0.0.1/",
+        "https://0177.0.0.1/",
+        "https://127.0.1/",
+        "https://0300.0250.0.1/",  # 192.168.0.1 in octal
+        "https://0xa9fea9fe/",  # 169.254.169.254
+        "https://1.2.3.4/",  # public but not listed
+    ],
+    "ipv6": [
+        "https://[::1]/",
+        "https://[0:0:0:0:0:0:0:1]/",
+        "https://[::ffff:a9fe:a9fe]/",
+        "https://[::127.0.0.1]/",
+        "https://[fe80::1%25eth0]/",
+        "https://[2606:4700::1%25eth0]/",
+        "https://[2606:4700::1]/",  # public but not listed
+    ],
+    "scheme": ["HTTP://docs.example.com/", "Ftp://docs.example.com/", "javascript://docs.example.com/"],
+    "whitespace and control": [
+        " https://docs.example.com/",
+        "https://docs.example.com/\t",
+        "https://docs.example.com\u00a0/",
+        "https://docs.example.com/\u2028",
+        "https://docs.example.com/\u202e",  # right-to-left override
+    ],
+}
+BENIGN = [
+    "https://docs.example.com:443/",
+    "https://docs.example.com:8443/x",
+    "HTTPS://Docs.Example.COM/",
+    "https://docs.example.com./",
+    "https://xn--mnchen-3ya.example.com/",
+    "https://münchen.example.com/",
+    "https://MÜNCHEN.example.com/",
+    "https://docs.example.com/wiki/Straße",
+    "https://docs.example.com/a%20b?q=%2e%2e#..",
+]
+RULE = ArgConstraint(allowed_hosts=("*.example.com",))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [url for urls in MALICIOUS.values() for url in urls],
+)
+def test_the_malicious_corpus_is_refused(url: str) -> None:
+    assert check_destination(url, RULE) is not None, url
+
+
+@pytest.mark.parametrize("url", BENIGN)
+def test_the_benign_corpus_passes(url: str) -> None:
+    assert check_destination(url, RULE) is None, url
+
+
+def test_an_invalid_port_is_refused_in_bare_hosts_too() -> None:
+    assert check_destination("docs.example.com:443", HOSTS) is None
+    for host in ("docs.example.com:0", "docs.example.com:", "docs.example.com:99999", "[2606:4700::1]:0"):
+        result = check_destination(host, ArgConstraint(allowed_hosts=("*",)))
+        assert result is not None
+        assert "invalid port" in result, host
+
+
+def test_unicode_host_patterns_match_their_punycode() -> None:
+    rule = ArgConstraint(allowed_hosts=("münchen.de", "*.bücher.example"))
+    assert check_destination("https://xn--mnchen-3ya.de/", rule) is None
+    assert check_destination("https://münchen.de/", rule) is None
+    assert check_destination("https://shop.xn--bcher-kva.example/", rule) is None
+    assert check_destination("https://muenchen.de/", rule) is not None
+
+
+PREFIXED = ArgConstraint(allowed_hosts=("api.example.com",), allowed_path_prefixes=("/v1/public",))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.example.com/v1/public/%252e%252e/admin",  # decoded twice
+        "https://api.example.com/v1/public/%25252e%25252e/admin",  # three times
+        "https://api.example.com/v1/public/%252e%252e%252fadmin",
+        "https://api.example.com/v1/public/%2e%2e%2f%2e%2e%2fadmin",
+        "https://api.example.com/v1/public/..;/admin",  # path parameters (servlet containers)
+        "https://api.example.com/v1/public/%2e%2e;x/admin",
+        "https://api.example.com/v1/public/%c0%ae%c0%ae/admin",  # overlong UTF-8 dots
+        "https://api.example.com/v1/public/\u2025/admin",  # two-dot leader: NFKC ".."
+        "https://api.example.com/v1/public/%E2%80%A5/admin",
+        "https://api.example.com/v1/public/..\uff0fadmin",  # fullwidth solidus
+        "https://api.example.com/v1/public/%5c..%5cadmin",  # encoded backslashes
+        "https://api.example.com/v1/public/%00/x",
+        "https://api.example.com/v1%252fpublic/x",  # one segment to a server that decodes once
+        "https://api.example.com/v1/public/%2525252525252e",  # never stops decoding
+        "https://api.example.com/v1/./admin",
+        "https://api.example.com/v1/public/./../admin",
+    ],
+)
+def test_encoded_traversal_is_refused_however_often_it_is_encoded(url: str) -> None:
+    assert check_destination(url, PREFIXED) is not None, url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.example.com/v1/public/./items",
+        "https://api.example.com/v1/./public/items",
+        "https://api.example.com/./v1/public",
+        "https://api.example.com/v1/public/.",
+        "https://api.example.com/v1/public/%2e/items",
+        "https://api.example.com/v1/public/AC%2FDC",
+        "https://api.example.com/v1/public/100%25",
+        "https://api.example.com/v1/public/...",
+        "https://api.example.com/v1/public/..hidden",
+        "https://api.example.com/v1/public/Stra%C3%9Fe",
+    ],
+)
+def test_harmless_dot_segments_and_encodings_pass(url: str) -> None:
+    assert check_destination(url, PREFIXED) is None, url
+
+
+def test_file_paths_are_normalised_and_checked_the_same_way() -> None:
+    rule = ArgConstraint(allowed_path_prefixes=("/srv/data",))
+    assert check_destination("/srv/data/./report.csv", rule) is None
+    assert check_destination("/srv/./data/report.csv", rule) is None
+    assert check_destination("/srv/data/%252e%252e/secrets", rule) is not None
+    assert check_destination("/srv/data/..;/secrets", rule) is not None
+    assert check_destination("/srv/./secrets", rule) is not None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "https://docs.example.com:0/reset?token=s3cr3t",
+        "https://docs.example.com:99999/?token=s3cr3t",
+        "https://[::1/?token=s3cr3t",
+        "https://evil.com/?token=s3cr3t",
+        "https://docs.example.com@evil.com/?token=s3cr3t",
+        "docs.example.com/?token=s3cr3t",
+        "docs.example.com:0?token=s3cr3t",
+        "2606:4700::1?token=s3cr3t",
+    ],
+)
+def test_reasons_never_quote_a_query(value: str) -> None:
+    """Reasons go to the logs and to the client's transcript: they name the host, never the query."""
+    result = check_destination(value, HOSTS)
+    assert result is not None
+    assert "s3cr3t" not in result
+
+
+def test_an_ipv6_host_must_be_bracketed() -> None:
+    any_public = ArgConstraint(allowed_hosts=("*",))
+    assert check_destination("[2606:4700::1]:443", any_public) is None
+    result = check_destination("2606:4700::1", any_public)
+    assert result is not None
+    assert "without brackets" in result
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://" + "1" * 5000 + "/",
+        "https://docs.example.com:" + "4" * 5000 + "/",
+        "https://0x" + "f" * 5000,
+    ],
+)
+def test_huge_numbers_in_hosts_and_ports_are_refused_not_parsed(url: str) -> None:
+    result = check_destination(url, ArgConstraint(allowed_hosts=("*",)))
+    assert result is not None

@@ -176,6 +176,39 @@ def test_a_name_that_grows_after_an_allowed_start_is_blocked() -> None:
     assert view.calls[0]["arguments"] == ""
 
 
+def _named_in_pieces(index: int, pieces: list[str], arguments: str) -> list[dict[str, Any]]:
+    first = {"index": index, "id": f"c{index}", "type": "function", "function": {"name": pieces[0]}}
+    deltas: list[dict[str, Any]] = [first]
+    deltas += [{"index": index, "function": {"name": piece}} for piece in pieces[1:]]
+    deltas.append({"index": index, "function": {"arguments": arguments}})
+    return [{"choices": [{"index": 0, "delta": {"tool_calls": [d]}}]} for d in deltas]
+
+
+def test_a_name_streamed_in_pieces_is_judged_whole() -> None:
+    decision = Decision(
+        allow=True,
+        tools=ToolRules(frozenset({"search", "search_web", "fetch_url"})),
+        tool_args={"fetch_url": {"url": ArgConstraint(allowed_hosts=("*.example.com",))}},
+    )
+    good, bad = _args(GOOD_FETCH), _args(BAD_FETCH)
+    chunks = [
+        *_named_in_pieces(0, ["fetch", "_url"], good),  # "fetch" alone is not allowed
+        *_named_in_pieces(1, ["search", "_web"], '{"q": "x"}'),  # "search" alone is allowed
+        *_named_in_pieces(2, ["fe", "tch_url"], bad),
+        *_named_in_pieces(3, ["search", "_admin"], "{}"),
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    ]
+    out, blocked = _run(chunks, decision)
+    view = client_view(out)
+    assert view.calls == [
+        {"id": "c0", "name": "fetch_url", "arguments": good},
+        {"id": "c1", "name": "search_web", "arguments": '{"q": "x"}'},
+    ]
+    assert blocked == 2
+    assert "'fetch_url' blocked by policy: argument 'url': host 'evil.com'" in view.content
+    assert "'search_admin' blocked by policy: the tool is not allowed" in view.content
+
+
 def test_fragments_of_a_call_after_its_verdict_are_dropped() -> None:
     args = _args(GOOD_FETCH)
 

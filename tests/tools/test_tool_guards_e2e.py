@@ -245,7 +245,9 @@ def test_a_tool_choice_naming_a_disallowed_tool_is_refused(
         headers={"authorization": f"Bearer {TEST_KEY}", "x-request-id": request_id},
     )
     error = openai_error(response, 403)
-    assert "shell" in error["message"]
+    assert error["code"] == "tool_not_allowed"
+    assert error["message"] == "Tools not allowed by policy: 'shell'."
+    assert error["param"] == "tool_choice"
     assert recorded(upstream, request_id) == []
 
 
@@ -262,7 +264,8 @@ def test_a_tenant_that_rejects_disallowed_tools_is_refused_naming_them(
             tools=TOOLS,
             extra_headers={"x-request-id": request_id},
         )
-    assert "fetch_url" in str(caught.value)
+    assert caught.value.code == "tool_not_allowed"
+    assert caught.value.message.endswith("Tools not allowed by policy: 'fetch_url'.")
     assert recorded(upstream, request_id) == []
 
 
