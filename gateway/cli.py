@@ -26,6 +26,7 @@ from gateway.config import (
     metrics_dir_from_env,
 )
 from gateway.keys import generate_key, hash_key
+from gateway.keys_file import append_key, entry_line, key_entry
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--workers", type=int)
+    serve.add_argument(
+        "--first-key",
+        action="store_true",
+        help="with no key configured, mint one into keys_file and print it once (a container's first start)",
+    )
 
     dev = commands.add_parser("dev", help="run the gateway and a local upstream simulator")
     _config_arg(dev)
@@ -81,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if args.command == "serve":
+            if args.first_key:
+                _ensure_first_key(args.config, load_config(args.config), label="first")
             return _serve(args.config, args.host, args.port, args.workers)
         if args.command == "dev":
             return _dev(args.config, args.sim_port, args.sim_profile)
@@ -121,14 +129,17 @@ def _keys_create(tenant: str, label: str, config_path: str | None, append: str |
         if tenant not in config.tenants:
             raise ConfigError(f"{config_path}: tenant {tenant!r} is not defined under tenants")
     key = generate_key()
-    entry = f'  - {{tenant: {tenant}, hash: "{hash_key(key)}", label: "{label}"}}'
-    print(key)
+    entry = key_entry(tenant, hash_key(key), label)
     if append:
-        _append_key_entry(Path(append), entry)
+        appended = append_key(Path(append), entry)  # before the key is shown: a refusal shows none
+        print(key)
         print(f"The key above is shown once. Its hash was added to {append}.", file=sys.stderr)
+        if appended.rewritten:
+            print(f"{append} was rewritten from its parsed content; its comments are gone.", file=sys.stderr)
     else:
+        print(key)
         print("The key above is shown once. Store this entry under `keys:`:", file=sys.stderr)
-        print(entry, file=sys.stderr)
+        print(entry_line(entry), file=sys.stderr)
     return 0
 
 
@@ -256,16 +267,6 @@ def _check_policy(config: GatewayConfig) -> None:
         raise ConfigError(f"policy: {config.policy.dir}: the policy is refused: {report.error}")
 
 
-def _append_key_entry(path: Path, entry: str) -> None:
-    existing = path.read_text(encoding="utf-8") if path.exists() else ""
-    if "keys:" not in existing:
-        existing = existing + ("" if not existing or existing.endswith("\n") else "\n") + "keys:\n"
-    elif not existing.endswith("\n"):
-        existing += "\n"
-    path.write_text(existing + entry + "\n", encoding="utf-8")
-    path.chmod(0o600)
-
-
 def _serve(config_path: str, host: str | None, port: int | None, workers: int | None) -> int:
     config = load_config(config_path)  # fail here, with a clear message, before any worker starts
     _check_policy(config)
@@ -334,7 +335,7 @@ def _run_workers(config: GatewayConfig, host: str | None, port: int | None, work
 
 def _dev(config_path: str, sim_port: int, sim_profile: str) -> int:
     config = load_config(config_path)
-    _ensure_dev_key(config_path, config)
+    _ensure_first_key(config_path, config, label="dev")
     sim = subprocess.Popen(
         [sys.executable, "-m", "simulator", "--port", str(sim_port), "--profile", sim_profile]
     )
@@ -352,13 +353,14 @@ def _dev(config_path: str, sim_port: int, sim_profile: str) -> int:
         sim.wait(timeout=10)
 
 
-def _ensure_dev_key(config_path: str, config: GatewayConfig) -> None:
+def _ensure_first_key(config_path: str, config: GatewayConfig, label: str) -> None:
+    """With no key anywhere, mint one for the first tenant into the keys file and show it once."""
     if config.keys or not config.keys_file:
         return
     tenant = next(iter(config.tenants))
     keys_file = Path(config_path).parent / config.keys_file
     key = generate_key()
-    _append_key_entry(keys_file, f'  - {{tenant: {tenant}, hash: "{hash_key(key)}", label: "dev"}}')
+    append_key(keys_file, key_entry(tenant, hash_key(key), label))
     print(
         f"\nCreated an API key for tenant {tenant!r} (shown once; only its hash is kept in {keys_file}):\n\n"
         f"    {key}\n",
