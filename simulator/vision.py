@@ -21,7 +21,7 @@ _URL_PREFIXES = ("http://", "https://", "data:image/")
 def _image_tokens(part: dict[str, Any]) -> tuple[dict[str, Any], int]:
     image = part.get("image_url")
     url = image.get("url") if isinstance(image, dict) else None
-    if not isinstance(url, str) or not url.startswith(_URL_PREFIXES):
+    if not isinstance(url, str) or not url[:11].lower().startswith(_URL_PREFIXES):  # schemes ignore case
         raise BadRequest("image_url.url must be an http(s) URL or a data:image/ URI")
     detail = image.get("detail", "auto") if isinstance(image, dict) else "auto"
     if detail not in IMAGE_TOKENS:
