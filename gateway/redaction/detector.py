@@ -163,10 +163,11 @@ class Catalog:
             search = exact.pattern.search
             at = pos
             while (match := search(text, at, partial=not final)) is not None:
-                if not final and (match.partial or match.end() + LOOKAHEAD > size):
-                    if match.start() < size:
-                        hold = min(hold, match.start())
-                    break
+                if not final:
+                    growing = _growing(exact, text, at, match)
+                    if growing is not None:
+                        hold = min(hold, growing)
+                        break
                 matches.append(match)
                 found = exact.accept(match)
                 if found is not None:
@@ -244,6 +245,31 @@ def _confirm(
                     continue
             append((start, start - end, order, len(into), Found(start, end, kind, whole_start, whole_end)))
             pos = whole_end if whole_end > whole_start else whole_start + 1
+
+
+def _growing(exact: _Exact, text: str, at: int, match: Any) -> int | None:
+    """The earliest start, from `at` to `match`'s, of a match that more text could still
+    make or change (None when there is none): `match` is the leftmost the text holds now.
+
+    With `partial`, `regex` prefers any complete match to a partial one, even a later or
+    shorter one: in "a@bb.cc.uni-ex" it returns "a@bb.cc", although the greedy path that
+    reached the end would win once "ample.de" arrives. So every start up to the returned
+    match's is asked whether some path from it reaches the end of the text, consuming it or
+    looking at it (a look-ahead reads at most `LOOKAHEAD` characters): only the starts a
+    whole match's width from the end can."""
+    size = len(text)
+    start = int(match.start())
+    if match.partial or match.end() + LOOKAHEAD > size:
+        return start  # at the very end (an empty partial match), it holds nothing
+    pattern = exact.pattern
+    for candidate in range(max(at, size - exact.width - LOOKAHEAD), start):
+        # No complete match starts before `start`: a match here is a partial one.
+        if pattern.match(text, candidate, partial=True) is not None:
+            return candidate
+    for end in range(size, max(start, size - LOOKAHEAD), -1):
+        if pattern.fullmatch(text, start, end, partial=True) is not None:
+            return start
+    return None
 
 
 def _next(match: Any, found: Found | None) -> int:
