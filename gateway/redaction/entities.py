@@ -38,10 +38,14 @@ class EntityKind:
     ignore_case: bool = False
     secret: bool = False  # a credential rather than personal data
     builtin: bool = False  # shipped and tested with Tollgate (custom kinds come from policy or config)
+    # A match `check` rejects but this accepts is no entity, yet nothing inside it is one either.
+    look_alike: Callable[[str], bool] | None = None
 
 
 _B = r"(?<![A-Za-z0-9_])"  # not preceded by a word character
 _E = r"(?![A-Za-z0-9_])"  # not followed by one
+# A national number ends where no digit, letter or part-number suffix ("-A") follows.
+_PHONE_END = r"(?![A-Za-z0-9_]|[./-][0-9]|-[A-Za-z])"
 _PEM_BEGIN = r"-----BEGIN[A-Z0-9 ]{0,30}PRIVATE KEY-----"
 _PEM_BODY = r"(?:\r?\n[A-Za-z0-9+/=]{1,128}|\r?\n[A-Za-z-]{1,32}: [^\r\n]{0,128}){0,256}"
 
@@ -61,7 +65,9 @@ _BUILTIN: tuple[EntityKind, ...] = (
         "JWT",
         (
             _B
-            + r"eyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,2048}(?![A-Za-z0-9_.-])",
+            + r"eyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,2048}"
+            # A full stop may end the sentence ("token <jwt>."), not a fourth segment.
+            + r"(?![A-Za-z0-9_-]|\.[A-Za-z0-9_-])",
         ),
         checks.jwt_valid,
         frozenset({"SECRET"}),
@@ -70,27 +76,32 @@ _BUILTIN: tuple[EntityKind, ...] = (
     EntityKind(
         "AWS_ACCESS_KEY",
         (r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}(?![A-Za-z0-9])",),
+        check=checks.not_placeholder,
         groups=frozenset({"SECRET", "API_KEY"}),
         secret=True,
     ),
     EntityKind(
         "GITHUB_TOKEN",
         (_B + r"gh[pousr]_[A-Za-z0-9]{36,251}" + _E, _B + r"github_pat_[A-Za-z0-9_]{22,251}" + _E),
+        check=checks.not_placeholder,
         groups=frozenset({"SECRET", "API_KEY"}),
         secret=True,
     ),
     EntityKind(
         "SLACK_TOKEN",
         (
-            _B + r"xox[abposr]-[A-Za-z0-9-]{10,250}" + r"(?![A-Za-z0-9-])",
+            # Bot, user, app-level (xapp-), refresh (xoxe-) and configuration tokens.
+            _B + r"(?:xox[abposre]|xapp)-[A-Za-z0-9-]{10,250}" + r"(?![A-Za-z0-9-])",
             r"https://hooks\.slack\.com/services/T[A-Za-z0-9_]{6,32}/B[A-Za-z0-9_]{6,32}/[A-Za-z0-9_]{16,64}",
         ),
+        check=checks.not_placeholder,
         groups=frozenset({"SECRET", "API_KEY"}),
         secret=True,
     ),
     EntityKind(
         "OPENAI_API_KEY",
         (r"(?<![A-Za-z0-9_-])sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,250}(?![A-Za-z0-9_-])",),
+        check=checks.not_placeholder,
         groups=frozenset({"SECRET", "API_KEY"}),
         secret=True,
     ),
@@ -103,6 +114,7 @@ _BUILTIN: tuple[EntityKind, ...] = (
             r"(?i:cloudflare|cf)[A-Za-z0-9_.-]{0,24}(?i:token|key)[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?"
             r"(?P<v>[A-Za-z0-9_-]{40})(?![A-Za-z0-9_-])",
         ),
+        check=checks.not_placeholder,
         groups=frozenset({"SECRET", "API_KEY"}),
         secret=True,
     ),
@@ -111,8 +123,12 @@ _BUILTIN: tuple[EntityKind, ...] = (
         (
             r"(?<![A-Za-z0-9])(?i:bearer)[ \t]{1,3}"
             r"(?P<v>[A-Za-z0-9._~+/-]{16,8192}={0,2})(?![A-Za-z0-9._~+/=-])",
+            # OAuth token responses and callbacks: {"access_token": "ya29...."}, refresh_token=...
+            r"(?<![A-Za-z0-9])(?i:access|refresh|id)[_-]?(?i:token)[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?"
+            r"(?P<v>[A-Za-z0-9._~+/-]{16,8192}={0,2})(?![A-Za-z0-9._~+/=-])",
         ),
-        groups=frozenset({"SECRET"}),
+        checks.not_placeholder,
+        frozenset({"SECRET"}),
         secret=True,
     ),
     EntityKind(
@@ -132,13 +148,24 @@ _BUILTIN: tuple[EntityKind, ...] = (
     ),
     EntityKind(
         "IBAN",
-        (r"(?<![A-Za-z0-9])[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])",),
+        (
+            # Upper or lower case (the validator wants one of them throughout).
+            r"(?<![A-Za-z0-9])[A-Za-z]{2}[0-9]{2}(?: ?[A-Za-z0-9]{4}){2,7}(?: ?[A-Za-z0-9]{1,3})?"
+            r"(?![A-Za-z0-9])",
+        ),
         checks.iban_valid,
         frozenset({"PII"}),
+        look_alike=checks.iban_shaped,
     ),
     EntityKind(
         "US_SSN",
-        (r"(?<![0-9-])[0-9]{3}-[0-9]{2}-[0-9]{4}(?![0-9-])",),
+        (
+            r"(?<![0-9-])[0-9]{3}-[0-9]{2}-[0-9]{4}(?![0-9-])",
+            r"(?<![0-9+.-])[0-9]{3} [0-9]{2} [0-9]{4}(?![A-Za-z0-9_]|[ .-][0-9])",
+            # Nine bare digits only where a name says what they are: ssn=123456789, "SSN": "...".
+            r"(?<![A-Za-z0-9])(?i:ssn|social[ _-]?security(?:[ _-]?(?:number|no))?)[\"']?[ \t]{0,3}[:=#]?"
+            r"[ \t]{0,3}[\"']?(?P<v>[0-9]{9})(?![0-9])",
+        ),
         checks.ssn_valid,
         frozenset({"PII"}),
     ),
@@ -147,11 +174,16 @@ _BUILTIN: tuple[EntityKind, ...] = (
         (
             # E.164, with or without separators: +14155552671, +44 20 7946 0958, +1 (415) 555-2671
             r"(?<![A-Za-z0-9+])\+[1-9][0-9]{0,2}(?:[ .-]?(?:\([0-9]{1,4}\)|[0-9])){6,14}(?![0-9])",
-            # North American: (415) 555-2671, 415-555-2671, 415.555.2671
-            r"(?<![A-Za-z0-9+.-])(?:\([2-9][0-9]{2}\) ?|[2-9][0-9]{2}[ .-])[2-9][0-9]{2}[ .-][0-9]{4}"
-            r"(?![0-9]|[.-][0-9])",
-            # National with a trunk 0: 020 7946 0958, 01 23 45 67 89, 030 12345678, 07700 900123
-            r"(?<![A-Za-z0-9+.-])0[1-9][0-9]{0,3}(?:[ .-][0-9]{2,8}){1,4}(?![0-9]|[.-][0-9])",
+            # E.164 with the country code in parentheses: (+44) 20 7946 0958
+            r"(?<![A-Za-z0-9+])\(\+[1-9][0-9]{0,2}\)(?:[ .-]?(?:\([0-9]{1,4}\)|[0-9])){6,14}(?![0-9])",
+            # North American: (415) 555-2671, 415-555-2671, 415.555.2671, 1-415-555-2671
+            r"(?<![A-Za-z0-9+.-])(?:1[ .-])?(?:\([2-9][0-9]{2}\) ?|[2-9][0-9]{2}[ .-])"
+            r"[2-9][0-9]{2}[ .-][0-9]{4}" + _PHONE_END,
+            # National with a trunk 0: 020 7946 0958, 01 23 45 67 89, 030 12345678, 07700 900123,
+            # 0151 23456789, 09876 54321
+            r"(?<![A-Za-z0-9+.-])0[1-9][0-9]{0,3}(?:[ .-][0-9]{2,8}){1,4}" + _PHONE_END,
+            # German, the area code before a slash: 030/1234567, 0221/123 4567
+            r"(?<![A-Za-z0-9+./-])0[1-9][0-9]{1,4}/ ?[0-9]{3,9}(?:[ -][0-9]{2,8}){0,3}" + _PHONE_END,
         ),
         checks.phone_valid,
         frozenset({"PII"}),

@@ -33,11 +33,11 @@ def emails(draw: st.DrawFn) -> tuple[str, str]:
 
 
 @st.composite
-def urls_with_emails(draw: st.DrawFn) -> tuple[str, str]:
+def urls_with_emails(draw: st.DrawFn) -> tuple[str, str, str]:
     """A URL whose query names an address: the address is what is found."""
     _, email = draw(emails())
     host = ".".join(draw(st.lists(_label(), min_size=1, max_size=3))) + ".com"
-    return "EMAIL", f"https://{host}/u?email={email}"
+    return "EMAIL", email, f"https://{host}/u?email={email}"
 
 
 _JWT_HEADERS = (
@@ -161,8 +161,17 @@ def credentials(draw: st.DrawFn) -> tuple[str, str]:
     )
 
 
-def entities() -> st.SearchStrategy[tuple[str, str]]:
-    return st.one_of(emails(), urls_with_emails(), jwts(), phones(), ibans(), credentials())
+Shown = tuple[str, str, str]
+
+
+def shown(strategy: st.SearchStrategy[tuple[str, str]]) -> st.SearchStrategy[Shown]:
+    return strategy.map(lambda case: (case[0], case[1], case[1]))
+
+
+def entities() -> st.SearchStrategy[Shown]:
+    return st.one_of(
+        *(shown(s) for s in (emails(), jwts(), phones(), ibans(), credentials())), urls_with_emails()
+    )
 
 
 _BEFORE = ["", " ", "\n", "(", '"', "'", ": ", "=", "<", "to ", "call ", "token "]
@@ -170,8 +179,8 @@ _AFTER = ["", " ", ".", ",", ";", ")", '"', "'", "!", "?", ". ", ".\n", "\n", ">
 
 
 @st.composite
-def in_prose(draw: st.DrawFn, strategy: st.SearchStrategy[tuple[str, str]]) -> tuple[str, str, str]:
-    """(kind, value, text): the value between a typical prefix and suffix."""
-    kind, value = draw(strategy)
-    text = draw(st.sampled_from(_BEFORE)) + value + draw(st.sampled_from(_AFTER))
+def in_prose(draw: st.DrawFn, strategy: st.SearchStrategy[Shown]) -> Shown:
+    """(kind, value, text): what shows the value between a typical prefix and suffix."""
+    kind, value, showing = draw(strategy)
+    text = draw(st.sampled_from(_BEFORE)) + showing + draw(st.sampled_from(_AFTER))
     return kind, value, text

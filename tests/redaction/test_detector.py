@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from gateway.redaction.detector import Catalog
 from gateway.redaction.entities import BUILTIN, GROUPS, custom_pattern, literal_terms, select
-from tests.redaction.corpus import NEAR_MISSES, POSITIVES
+from tests.redaction.corpus import NEAR_MISSES, NEGATIVES, PLACEHOLDERS, POSITIVES
+from tests.redaction.generated import entities, ibans, in_prose, shown
 
 CATALOG = Catalog(BUILTIN)
 ALL = CATALOG.detector()
@@ -34,6 +35,37 @@ def test_positive_is_found_exactly(kind: str, text: str, value: str) -> None:
 @pytest.mark.parametrize(("kind", "text"), NEAR_MISS_CASES)
 def test_near_miss_is_not_taken_for_the_kind(kind: str, text: str) -> None:
     assert kind not in {f.kind for f in ALL.find(text)}
+
+
+@pytest.mark.parametrize("text", NEGATIVES)
+def test_ordinary_text_holds_no_entity(text: str) -> None:
+    assert [(f.kind, text[f.start : f.end]) for f in ALL.find(text)] == []
+
+
+@pytest.mark.parametrize("text", PLACEHOLDERS)
+def test_a_placeholder_is_no_credential(text: str) -> None:
+    assert [(f.kind, text[f.start : f.end]) for f in ALL.find(text)] == []
+
+
+@settings(max_examples=500, deadline=None)
+@given(in_prose(entities()))
+def test_every_generated_entity_is_found_exactly(case: tuple[str, str, str]) -> None:
+    kind, value, text = case
+    assert [(f.kind, text[f.start : f.end]) for f in ALL.find(text)] == [(kind, value)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(in_prose(shown(ibans(valid=False))))
+def test_no_part_of_an_iban_with_a_wrong_checksum_is_found(case: tuple[str, str, str]) -> None:
+    _, _, text = case
+    assert [(f.kind, text[f.start : f.end]) for f in ALL.find(text)] == []
+    assert ALL.scan(text, 0, final=True)[0] == []
+
+
+def test_an_iban_look_alike_hides_only_what_lies_inside_it() -> None:
+    text = "DE89 3704 0044 0532 0130 01 or call 0532 0130 01 today"
+    assert [(f.kind, text[f.start : f.end]) for f in ALL.find(text)] == [("PHONE", "0532 0130 01")]
+    assert ALL.find(text) == ALL.scan(text, 0, final=True)[0]
 
 
 def test_a_detector_finds_only_the_kinds_it_was_given() -> None:
@@ -68,7 +100,7 @@ def test_non_ascii_text_keeps_offsets() -> None:
 # near-entities, fragments and overlaps.
 _ALPHABET = "0123456789abcdefxyzAKISEFG@.-_+: \n()/=<>eyJ"
 _PIECES = [value for cases in POSITIVES.values() for _, value in cases] + [
-    t for texts in NEAR_MISSES.values() for t in texts
+    t for texts in (*NEAR_MISSES.values(), NEGATIVES, PLACEHOLDERS) for t in texts
 ]
 
 

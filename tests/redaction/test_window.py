@@ -15,7 +15,7 @@ from gateway.redaction.scrub import marker
 from gateway.redaction.tokens import PlaceholderFinder, Vault
 from gateway.redaction.window import Finder, Replacement, SlidingWindow, redact_whole
 from tests.redaction.corpus import NEAR_MISSES, POSITIVES
-from tests.redaction.generated import entities, ibans, in_prose
+from tests.redaction.generated import entities, ibans, in_prose, shown
 
 DETECTOR = Catalog(BUILTIN).detector()
 _ALPHABET = "0123456789abcxyzAKISE@.-_+: \n()/=<>"
@@ -59,7 +59,7 @@ def test_masking_a_stream_equals_masking_the_whole(case: tuple[str, list[str]]) 
 _ENTITY_TEXTS = st.lists(
     st.one_of(
         in_prose(entities()).map(lambda case: case[2]),
-        in_prose(ibans(valid=False)).map(lambda case: case[2]),
+        in_prose(shown(ibans(valid=False))).map(lambda case: case[2]),
         st.text(_ALPHABET, max_size=6),
     ),
     min_size=1,
