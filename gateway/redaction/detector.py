@@ -189,6 +189,11 @@ class Catalog:
             at = pos
             while (match := search(text, at, partial=not final)) is not None:
                 if not final:
+                    # Most searches end here: a partial match (a word may become an address).
+                    if match.partial or match.end() + LOOKAHEAD > size:
+                        start = match.start()
+                        hold = min(hold, start)
+                        break
                     growing = _growing(exact, text, at, match)
                     if growing is not None:
                         hold = min(hold, growing)
@@ -284,7 +289,8 @@ def _confirm(
 
 def _growing(exact: _Exact, text: str, at: int, match: Any) -> int | None:
     """The earliest start, from `at` to `match`'s, of a match that more text could still
-    make or change (None when there is none): `match` is the leftmost the text holds now.
+    make or change (None when there is none): `match` is the leftmost the text holds now, a
+    complete one that ends `LOOKAHEAD` characters or more before the end.
 
     With `partial`, `regex` prefers any complete match to a partial one, even a later or
     shorter one: in "a@bb.cc.uni-ex" it returns "a@bb.cc", although the greedy path that
@@ -294,8 +300,6 @@ def _growing(exact: _Exact, text: str, at: int, match: Any) -> int | None:
     whole match's width from the end can."""
     size = len(text)
     start = int(match.start())
-    if match.partial or match.end() + LOOKAHEAD > size:
-        return start  # at the very end (an empty partial match), it holds nothing
     pattern = exact.pattern
     for candidate in range(max(at, size - exact.width - LOOKAHEAD), start):
         # No complete match starts before `start`: a match here is a partial one.

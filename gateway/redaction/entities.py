@@ -49,6 +49,24 @@ _PHONE_END = r"(?![A-Za-z0-9_]|[./-][0-9]|-[A-Za-z])"
 _PEM_BEGIN = r"-----BEGIN[A-Z0-9 ]{0,30}PRIVATE KEY-----"
 _PEM_BODY = r"(?:\r?\n[A-Za-z0-9+/=]{1,128}|\r?\n[A-Za-z-]{1,32}: [^\r\n]{0,128}){0,256}"
 
+
+def _iban_shapes() -> str:
+    """An IBAN of its country's length, in groups of four or not, upper or lower case (the
+    validator wants one of them throughout). Exactly that length, so that a word after it
+    ("... 1332 from", "... 00 EUR") is never taken for its last group; the country code alone
+    chooses the branch, in a look-ahead: the prefilter drops it and sees a few generic shapes,
+    which it scans several times faster than two-letter codes that common words begin with."""
+    by_length: dict[int, list[str]] = {}
+    for country, length in sorted(checks.IBAN_LENGTHS.items()):
+        by_length.setdefault(length, []).append(country)
+    branches = []
+    for length, countries in sorted(by_length.items()):
+        groups, rest = divmod(length - 4, 4)
+        shape = f"(?=(?i:{'|'.join(countries)}))[A-Za-z]{{2}}[0-9]{{2}}(?: ?[A-Za-z0-9]{{4}}){{{groups}}}"
+        branches.append(shape + (f" ?[A-Za-z0-9]{{{rest}}}" if rest else ""))
+    return "(?:" + "|".join(branches) + ")"
+
+
 _BUILTIN: tuple[EntityKind, ...] = (
     EntityKind(
         "PRIVATE_KEY",
@@ -124,8 +142,9 @@ _BUILTIN: tuple[EntityKind, ...] = (
             r"(?<![A-Za-z0-9])(?i:bearer)[ \t]{1,3}"
             r"(?P<v>[A-Za-z0-9._~+/-]{16,8192}={0,2})(?![A-Za-z0-9._~+/=-])",
             # OAuth token responses and callbacks: {"access_token": "ya29...."}, refresh_token=...
+            # (opaque values; a longer one is a JWT, found as such)
             r"(?<![A-Za-z0-9])(?i:access|refresh|id)[_-]?(?i:token)[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?"
-            r"(?P<v>[A-Za-z0-9._~+/-]{16,8192}={0,2})(?![A-Za-z0-9._~+/=-])",
+            r"(?P<v>[A-Za-z0-9._~+/-]{16,2048}={0,2})(?![A-Za-z0-9._~+/=-])",
         ),
         checks.not_placeholder,
         frozenset({"SECRET"}),
@@ -148,11 +167,7 @@ _BUILTIN: tuple[EntityKind, ...] = (
     ),
     EntityKind(
         "IBAN",
-        (
-            # Upper or lower case (the validator wants one of them throughout).
-            r"(?<![A-Za-z0-9])[A-Za-z]{2}[0-9]{2}(?: ?[A-Za-z0-9]{4}){2,7}(?: ?[A-Za-z0-9]{1,3})?"
-            r"(?![A-Za-z0-9])",
-        ),
+        (r"(?<![A-Za-z0-9])" + _iban_shapes() + r"(?![A-Za-z0-9])",),
         checks.iban_valid,
         frozenset({"PII"}),
         look_alike=checks.iban_shaped,
@@ -172,10 +187,10 @@ _BUILTIN: tuple[EntityKind, ...] = (
     EntityKind(
         "PHONE",
         (
-            # E.164, with or without separators: +14155552671, +44 20 7946 0958, +1 (415) 555-2671
-            r"(?<![A-Za-z0-9+])\+[1-9][0-9]{0,2}(?:[ .-]?(?:\([0-9]{1,4}\)|[0-9])){6,14}(?![0-9])",
-            # E.164 with the country code in parentheses: (+44) 20 7946 0958
-            r"(?<![A-Za-z0-9+])\(\+[1-9][0-9]{0,2}\)(?:[ .-]?(?:\([0-9]{1,4}\)|[0-9])){6,14}(?![0-9])",
+            # E.164, with or without separators: +14155552671, +44 20 7946 0958, +1 (415) 555-2671,
+            # (+44) 20 7946 0958
+            r"(?<![A-Za-z0-9+])(?:\+[1-9][0-9]{0,2}|\(\+[1-9][0-9]{0,2}\))"
+            r"(?:[ .-]?(?:\([0-9]{1,4}\)|[0-9])){6,14}(?![0-9])",
             # North American: (415) 555-2671, 415-555-2671, 415.555.2671, 1-415-555-2671
             r"(?<![A-Za-z0-9+.-])(?:1[ .-])?(?:\([2-9][0-9]{2}\) ?|[2-9][0-9]{2}[ .-])"
             r"[2-9][0-9]{2}[ .-][0-9]{4}" + _PHONE_END,

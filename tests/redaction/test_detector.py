@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from gateway.redaction.detector import Catalog
 from gateway.redaction.entities import BUILTIN, GROUPS, custom_pattern, literal_terms, select
+from gateway.redaction.prefilter import loosened
 from tests.redaction.corpus import NEAR_MISSES, NEGATIVES, PLACEHOLDERS, POSITIVES
 from tests.redaction.generated import entities, ibans, in_prose, shown
 
@@ -171,3 +172,11 @@ def test_a_custom_pattern_sees_non_ascii_text_as_it_is() -> None:
 def test_custom_kinds_find_equals_the_exact_scan(pieces: list[str]) -> None:
     text = "".join(pieces)
     assert CUSTOM.find(text) == CUSTOM.scan(text, 0, final=True)[0]
+
+
+def test_a_look_ahead_with_alternatives_is_loosened_to_its_single_character_one() -> None:
+    # "Not a digit, and not a dot before a digit" is loosened to "not a digit", consumed: one
+    # reported end per match, where dropping the look-ahead reported every end along a token.
+    assert loosened(r"ab(?![0-9]|\.[0-9])") == r"ab(?:[^0-9]|$)"
+    assert loosened(r"ab(?!\.[0-9]|[x|y])") == r"ab(?:[^x|y]|$)"
+    assert loosened(r"ab(?!\.[0-9])") == r"ab"
