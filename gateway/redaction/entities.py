@@ -93,7 +93,13 @@ _BUILTIN: tuple[EntityKind, ...] = (
     ),
     EntityKind(
         "AWS_ACCESS_KEY",
-        (r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}(?![A-Za-z0-9])",),
+        (
+            r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}(?![A-Za-z0-9])",
+            # The secret that goes with it, where its name says what it is.
+            r"(?<![A-Za-z0-9])(?i:aws[_-]?secret(?:[_-]?access)?[_-]?key|secret[_-]?access[_-]?key)"
+            r"[\"']?[ \t]{0,3}[:=]"
+            r"[ \t]{0,3}[\"']?(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
+        ),
         check=checks.not_placeholder,
         groups=frozenset({"SECRET", "API_KEY"}),
         secret=True,
@@ -109,7 +115,7 @@ _BUILTIN: tuple[EntityKind, ...] = (
         "SLACK_TOKEN",
         (
             # Bot, user, app-level (xapp-), refresh (xoxe-) and configuration tokens.
-            _B + r"(?:xox[abposre]|xapp)-[A-Za-z0-9-]{10,250}" + r"(?![A-Za-z0-9-])",
+            _B + r"(?:xoxe\.)?(?:xox[abposre]|xapp)-[A-Za-z0-9-]{10,250}" + r"(?![A-Za-z0-9-])",
             r"https://hooks\.slack\.com/services/T[A-Za-z0-9_]{6,32}/B[A-Za-z0-9_]{6,32}/[A-Za-z0-9_]{16,64}",
         ),
         check=checks.not_placeholder,
@@ -143,7 +149,7 @@ _BUILTIN: tuple[EntityKind, ...] = (
             r"(?P<v>[A-Za-z0-9._~+/-]{16,8192}={0,2})(?![A-Za-z0-9._~+/=-])",
             # OAuth token responses and callbacks: {"access_token": "ya29...."}, refresh_token=...
             # (opaque values; a longer one is a JWT, found as such)
-            r"(?<![A-Za-z0-9])(?i:access|refresh|id)[_-]?(?i:token)[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?"
+            r"(?<![A-Za-z0-9])(?i:access|refresh|id|auth)[_-]?(?i:token)[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?"
             r"(?P<v>[A-Za-z0-9._~+/-]{16,2048}={0,2})(?![A-Za-z0-9._~+/=-])",
         ),
         checks.not_placeholder,
@@ -178,8 +184,8 @@ _BUILTIN: tuple[EntityKind, ...] = (
             r"(?<![0-9-])[0-9]{3}-[0-9]{2}-[0-9]{4}(?![0-9-])",
             r"(?<![0-9+.-])[0-9]{3} [0-9]{2} [0-9]{4}(?![A-Za-z0-9_]|[ .-][0-9])",
             # Nine bare digits only where a name says what they are: ssn=123456789, "SSN": "...".
-            r"(?<![A-Za-z0-9])(?i:ssn|social[ _-]?security(?:[ _-]?(?:number|no))?)[\"']?[ \t]{0,3}[:=#]?"
-            r"[ \t]{0,3}[\"']?(?P<v>[0-9]{9})(?![0-9])",
+            r"(?<![A-Za-z0-9])(?i:ssn|social[ _-]?security(?:[ _-]?(?:number|no\.?))?)[\"']?[ \t]{0,3}"
+            r"[:=#]{0,2}[ \t]{0,3}[\"']?(?P<v>[0-9]{9})(?![0-9])",
         ),
         checks.ssn_valid,
         frozenset({"PII"}),
@@ -187,16 +193,17 @@ _BUILTIN: tuple[EntityKind, ...] = (
     EntityKind(
         "PHONE",
         (
-            # E.164, with or without separators: +14155552671, +44 20 7946 0958, +1 (415) 555-2671,
-            # (+44) 20 7946 0958
-            r"(?<![A-Za-z0-9+])(?:\+[1-9][0-9]{0,2}|\(\+[1-9][0-9]{0,2}\))"
+            # E.164, with or without separators: +14155552671, +44 20 7946 0958, +1 (415) 555-2671;
+            # (+44) 20 7946 0958, 0044 20 7946 0958 (the 00 prefix only before a separator)
+            r"(?<![A-Za-z0-9+])(?:\+[1-9][0-9]{0,2}|\(\+[1-9][0-9]{0,2}\)|00[1-9][0-9]{0,2}(?=[ .-]))"
             r"(?:[ .-]?(?:\([0-9]{1,4}\)|[0-9])){6,14}(?![0-9])",
             # North American: (415) 555-2671, 415-555-2671, 415.555.2671, 1-415-555-2671
             r"(?<![A-Za-z0-9+.-])(?:1[ .-])?(?:\([2-9][0-9]{2}\) ?|[2-9][0-9]{2}[ .-])"
             r"[2-9][0-9]{2}[ .-][0-9]{4}" + _PHONE_END,
             # National with a trunk 0: 020 7946 0958, 01 23 45 67 89, 030 12345678, 07700 900123,
-            # 0151 23456789, 09876 54321
-            r"(?<![A-Za-z0-9+.-])0[1-9][0-9]{0,3}(?:[ .-][0-9]{2,8}){1,4}" + _PHONE_END,
+            # 0151 23456789, 09876 54321, (030) 1234567, (02) 9876 5432
+            r"(?<![A-Za-z0-9+.-])(?:0[1-9][0-9]{0,3}|\(0[1-9][0-9]{0,3}\))(?:[ .-][0-9]{2,8}){1,4}"
+            + _PHONE_END,
             # German, the area code before a slash: 030/1234567, 0221/123 4567
             r"(?<![A-Za-z0-9+./-])0[1-9][0-9]{1,4}/ ?[0-9]{3,9}(?:[ -][0-9]{2,8}){0,3}" + _PHONE_END,
         ),

@@ -77,6 +77,11 @@ POSITIVES: dict[str, list[tuple[str, str]]] = {
         ('{"phone": "+91 98765 43210"}', "+91 98765 43210"),
         ("whatsapp +91-98765-43210", "+91-98765-43210"),
         ("tel:+442079460958", "+442079460958"),
+        ("Fax (030) 1234567", "(030) 1234567"),
+        ("Sydney (02) 9876 5432.", "(02) 9876 5432"),
+        ("call me on 0044 20 7946 0958", "0044 20 7946 0958"),
+        ("(415)555-0132", "(415)555-0132"),
+        ("+81 3-1234-5678", "+81 3-1234-5678"),
     ],
     "CREDIT_CARD": [
         ("card 4111 1111 1111 1111 exp 12/29", "4111 1111 1111 1111"),
@@ -110,6 +115,8 @@ POSITIVES: dict[str, list[tuple[str, str]]] = {
         ("SSN: 123456789\n", "123456789"),
         ("Social Security Number: 219099999.", "219099999"),
         ("social_security_number=078051120&x", "078051120"),
+        ("SSN#: 123456789", "123456789"),
+        ("Social Security No. 123456789", "123456789"),
     ],
     "IP_ADDRESS": [
         ("from 192.168.1.20 at", "192.168.1.20"),
@@ -123,6 +130,14 @@ POSITIVES: dict[str, list[tuple[str, str]]] = {
     "AWS_ACCESS_KEY": [
         ("aws_access_key_id = AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
         ('"ASIAY34FZKBOKMUTVV7A"', "ASIAY34FZKBOKMUTVV7A"),
+        (
+            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        ),
+        (
+            'AWS_SECRET_ACCESS_KEY="Zq8Tb3W1yKpL0sNvX7eHcMdQ2rS4tU6vW8xY0zA1"',
+            "Zq8Tb3W1yKpL0sNvX7eHcMdQ2rS4tU6vW8xY0zA1",
+        ),
     ],
     "GITHUB_TOKEN": [
         (f"token: {GITHUB}", GITHUB),
@@ -139,6 +154,10 @@ POSITIVES: dict[str, list[tuple[str, str]]] = {
         ),
         (f"SLACK_APP_TOKEN={SLACK_APP}", SLACK_APP),
         (f"xoxp token: {SLACK_USER}.", SLACK_USER),
+        (
+            "rotated: xoxe.xoxp-1-Mi0yLTE3MzQ1Njc4OTAxMi0xNzM0NTY3ODkwMTIz",
+            "xoxe.xoxp-1-Mi0yLTE3MzQ1Njc4OTAxMi0xNzM0NTY3ODkwMTIz",
+        ),
     ],
     "OPENAI_API_KEY": [
         (f"OPENAI_API_KEY={OPENAI}", OPENAI),
@@ -178,6 +197,7 @@ POSITIVES: dict[str, list[tuple[str, str]]] = {
             "def50200a1b2c3d4e5f60718293a4b5c6d7e8f",
         ),
         ("accessToken: 'tk_Qm9vYmFy.YmF6cXV4-cXV1eA'", "tk_Qm9vYmFy.YmF6cXV4-cXV1eA"),
+        ('"auth_token": "9f8e7d6c5b4a39281706f5e4d3c2b1a0"', "9f8e7d6c5b4a39281706f5e4d3c2b1a0"),
         ('{"id_token": "AbCdEfGhIjKlMnOpQrSt.uvwxyz0123456789"}', "AbCdEfGhIjKlMnOpQrSt.uvwxyz0123456789"),
     ],
 }
@@ -316,4 +336,7 @@ NEGATIVES: list[str] = [
     "Lot 123 45 6789a is sold",
     "The access_token field holds the token; refresh_token is optional.",
     "ssn field left empty: ssn=",
+    "secretKey = 0123456789abcdef0123456789abcdef01234567 (a test vector)",
+    "item 0012 345 678 and part 00123456789",
+    "The auth_token is rotated daily; see the access-token docs.",
 ]
