@@ -53,18 +53,18 @@ _PEM_BODY = r"(?:\r?\n[A-Za-z0-9+/=]{1,128}|\r?\n[A-Za-z-]{1,32}: [^\r\n]{0,128}
 def _iban_shapes() -> str:
     """An IBAN of its country's length, in groups of four or not, upper or lower case (the
     validator wants one of them throughout). Exactly that length, so that a word after it
-    ("... 1332 from", "... 00 EUR") is never taken for its last group; the country code alone
-    chooses the branch, in a look-ahead: the prefilter drops it and sees a few generic shapes,
-    which it scans several times faster than two-letter codes that common words begin with."""
+    ("... 1332 from", "... 00 EUR") is never taken for its last group. The country code,
+    read again by a look-behind, alone chooses the branch; both the prefilter (which drops
+    the look-behind) and `regex` (which fails at the common start) scan it fast."""
     by_length: dict[int, list[str]] = {}
     for country, length in sorted(checks.IBAN_LENGTHS.items()):
         by_length.setdefault(length, []).append(country)
     branches = []
     for length, countries in sorted(by_length.items()):
         groups, rest = divmod(length - 4, 4)
-        shape = f"(?=(?i:{'|'.join(countries)}))[A-Za-z]{{2}}[0-9]{{2}}(?: ?[A-Za-z0-9]{{4}}){{{groups}}}"
+        shape = f"(?<=(?i:{'|'.join(countries)})[0-9]{{2}})(?: ?[A-Za-z0-9]{{4}}){{{groups}}}"
         branches.append(shape + (f" ?[A-Za-z0-9]{{{rest}}}" if rest else ""))
-    return "(?:" + "|".join(branches) + ")"
+    return "[A-Za-z]{2}[0-9]{2}(?:" + "|".join(branches) + ")"
 
 
 _BUILTIN: tuple[EntityKind, ...] = (
