@@ -221,16 +221,17 @@ class Catalog:
 # (start, start - end, catalog order, arrival, entity): sorts as `disjoint` orders, ties stable.
 _Hit = tuple[int, int, int, int, Found]
 
-Verdicts = dict[Callable[[str], bool], dict[str, str | None]]
-"""A validator's verdicts, per value it was given: the kind it is found as (`_Exact.judge`)."""
+Verdicts = dict[str, dict[str, str | None]]
+"""Per kind, its validators' verdicts on each value they were given: the kind the value is
+found as (`_Exact.judge`). Per kind, not per validator: kinds share one (`not_placeholder`)."""
 
 
 def _verdicts_of(exact: _Exact, verdicts: Verdicts | None) -> dict[str, str | None]:
     if verdicts is None or exact.check is None:
         return {}  # for this one text: a text repeats its entities
-    found = verdicts.get(exact.check)
+    found = verdicts.get(exact.kind)
     if found is None:
-        found = verdicts[exact.check] = {}
+        found = verdicts[exact.kind] = {}
     return found
 
 

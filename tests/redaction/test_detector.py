@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.redaction import checks
 from gateway.redaction.detector import Catalog
-from gateway.redaction.entities import BUILTIN, GROUPS, custom_pattern, literal_terms, select
+from gateway.redaction.entities import BUILTIN, GROUPS, EntityKind, custom_pattern, literal_terms, select
 from gateway.redaction.prefilter import loosened
 from tests.redaction.corpus import NEAR_MISSES, NEGATIVES, PLACEHOLDERS, POSITIVES
 from tests.redaction.generated import entities, ibans, in_prose, shown
@@ -180,3 +181,16 @@ def test_a_look_ahead_with_alternatives_is_loosened_to_its_single_character_one(
     assert loosened(r"ab(?![0-9]|\.[0-9])") == r"ab(?:[^0-9]|$)"
     assert loosened(r"ab(?!\.[0-9]|[x|y])") == r"ab(?:[^x|y]|$)"
     assert loosened(r"ab(?!\.[0-9])") == r"ab"
+
+
+def test_a_remembered_verdict_keeps_the_kind_of_the_pattern_that_found_the_value() -> None:
+    # Two kinds share a validator: a value one of them checked is still found as the other's.
+    catalog = Catalog(
+        (
+            EntityKind("FIRST", (r"one=(?P<v>[a-z0-9]{8})",), checks.not_placeholder),
+            EntityKind("SECOND", (r"two=(?P<v>[a-z0-9]{8})",), checks.not_placeholder),
+        )
+    )
+    detector = catalog.detector(per_request=True)
+    assert [f.kind for f in detector.find("two=abcd1234")] == ["SECOND"]
+    assert [f.kind for f in detector.find("one=abcd1234")] == ["FIRST"]
