@@ -14,14 +14,14 @@ from gateway.redaction.entities import BUILTIN
 from gateway.redaction.scrub import marker
 from gateway.redaction.tokens import PlaceholderFinder, Vault
 from gateway.redaction.window import Finder, Replacement, SlidingWindow, redact_whole
-from tests.redaction.corpus import NEAR_MISSES, POSITIVES
+from tests.redaction.corpus import NEAR_MISSES, NEGATIVES, PLACEHOLDERS, POSITIVES
 from tests.redaction.generated import entities, ibans, in_prose, shown
 
 DETECTOR = Catalog(BUILTIN).detector()
 _ALPHABET = "0123456789abcxyzAKISE@.-_+: \n()/=<>"
 _PIECES = [
     *(value for cases in POSITIVES.values() for _, value in cases),
-    *(text for texts in NEAR_MISSES.values() for text in texts),
+    *(text for texts in (*NEAR_MISSES.values(), NEGATIVES, PLACEHOLDERS) for text in texts),
     "<EMAIL_1>",
     "<PHONE_2>",
     "<EMAIL_7>",
