@@ -135,7 +135,8 @@ def phone_valid(text: str) -> bool:
     if text.startswith(("+", "(+")):
         return 8 <= count <= 15  # E.164: country code and subscriber number, 15 digits at most
     if text.startswith("00"):
-        return 11 <= count <= 17  # the same after the international prefix 00
+        # After the international prefix 00; 13 or more, as a zero-padded number rarely has.
+        return 13 <= count <= 17
     if text.startswith(("0", "(0")):
         return 10 <= count <= 12  # a trunk 0 and up to 11 more (German mobiles: 0151 23456789)
     return 10 <= count <= 11  # North American, with or without the leading 1

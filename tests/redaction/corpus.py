@@ -342,6 +342,6 @@ NEGATIVES: list[str] = [
     "The access_token field holds the token; refresh_token is optional.",
     "ssn field left empty: ssn=",
     "secretKey = 0123456789abcdef0123456789abcdef01234567 (a test vector)",
-    "item 0012 345 678 and part 00123456789",
+    "item 0012 345 678 and part 00123456789, invoice 0042 1234 5678",
     "The auth_token is rotated daily; see the access-token docs.",
 ]
