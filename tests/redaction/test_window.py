@@ -171,3 +171,11 @@ def test_placeholders_the_client_wrote_are_never_issued() -> None:
     assert vault.placeholder("EMAIL", "a@example.com") == "<EMAIL_2>"
     assert vault.placeholder("EMAIL", "b@example.com") == "<EMAIL_3>"
     assert vault.value("<EMAIL_1>") is None
+
+
+def test_a_finished_long_entity_is_released_once_it_can_no_longer_grow() -> None:
+    window = SlidingWindow(DETECTOR, marker)
+    text = "x a@bb.cc.uni-example.de, and 1-415-555-0132 too. "
+    out = "".join(window.push(char) for char in text)
+    assert out == "x [EMAIL], and [PHONE] too. "
+    assert window.holding == 0
