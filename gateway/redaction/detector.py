@@ -192,7 +192,7 @@ class Catalog:
                     # Most searches end here: a partial match (a word may become an address).
                     if match.partial or match.end() + LOOKAHEAD > size:
                         start = match.start()
-                        hold = min(hold, start)
+                        hold = start if start < hold else hold  # min() costs a call per search
                         break
                     growing = _growing(exact, text, at, match)
                     if growing is not None:
