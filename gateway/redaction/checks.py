@@ -240,10 +240,12 @@ _FILLER = re.compile(r"[xX]{6}|[.]{3}")
 def not_placeholder(value: str) -> bool:
     """False for what stands in for a credential: `xoxb-your-bot-token-here`,
     `YOUR_API_KEY_HERE`, `sk-xxxxxxxxxxxxxxxxxxxx`, `ghp_****...`; a real one is random.
-    A random value has a run of six x's, or a whole word of the template vocabulary between
-    separators, far too rarely to lose a real credential to this."""
+    A random value has a run of six x's, x's for half its characters, or a whole word of the
+    template vocabulary between separators, far too rarely to lose a real credential to this."""
     if _FILLER.search(value):
         return False
+    if (value.count("x") + value.count("X")) * 2 >= sum(char.isalnum() for char in value):
+        return False  # mostly x's between separators: xoxb-xxxx-xxxx-xxxx
     words = [word.lower() for word in _WORD_SEPARATORS.split(value)]
     if any(word in _PLACEHOLDER_WORDS for word in words):
         return False

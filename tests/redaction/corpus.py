@@ -291,6 +291,12 @@ PLACEHOLDERS: list[str] = [
     "refresh_token=<refresh-token>&grant_type=refresh_token",
     "Bearer xxxxxxxxxxxxxxxxxxxxxxxx",
     "token: xoxp-xxxxxxxxxx-xxxxxxxxxx",
+    "SLACK_TOKEN=xoxb-xxxx-xxxx-xxxx",
+    "api_key: 'your-api-key', token: \"xoxb-REPLACE-ME\"",
+    "Authorization: Bearer your-token-here",
+    "Authorization: Bearer REDACTED_REDACTED_REDACTED",
+    '"access_token": "ACCESS_TOKEN_GOES_HERE"',
+    "sk-ant-api03-xxxxxxxxxxxxxxxxxxxxxxxx",
     "CLOUDFLARE_API_TOKEN=your_cloudflare_api_token_goes_here_12345",
 ]
 
