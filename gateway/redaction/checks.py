@@ -94,8 +94,8 @@ def card_number_valid(text: str) -> bool:
 
 
 def iban_valid(text: str) -> bool:
-    compact = text.replace(" ", "")
-    if IBAN_LENGTHS.get(compact[:2]) != len(compact):
+    compact = _iban_compact(text)
+    if compact is None:
         return False
     rearranged = compact[4:] + compact[:4]
     if rearranged.isascii() and rearranged.isalnum():
@@ -103,16 +103,43 @@ def iban_valid(text: str) -> bool:
     return int("".join(str(int(c, 36)) for c in rearranged)) % 97 == 1
 
 
+def iban_shaped(text: str) -> bool:
+    """A known country and its length, one case throughout: an IBAN, or one mistyped. Nothing
+    inside it is taken for another kind (its digits for a phone or card number)."""
+    return _iban_compact(text) is not None
+
+
+def _iban_compact(text: str) -> str | None:
+    """`text` without spaces, upper-cased, when it has an IBAN's country and length."""
+    compact = text.replace(" ", "")
+    if not (compact.isupper() or compact.islower()):
+        return None  # "De89..." or "dE89...": no one writes an IBAN so
+    compact = compact.upper()
+    return compact if IBAN_LENGTHS.get(compact[:2]) == len(compact) else None
+
+
 def ssn_valid(text: str) -> bool:
-    area, group, serial = text.split("-")
-    return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
+    number = digits_of(text)
+    area, group, serial = number[:3], number[3:5], number[5:]
+    return (
+        len(number) == 9
+        and area not in ("000", "666")
+        and area[0] != "9"
+        and group != "00"
+        and serial != "0000"
+    )
 
 
 def phone_valid(text: str) -> bool:
     count = len(digits_of(text))
-    if text.startswith("+"):
+    if text.startswith(("+", "(+")):
         return 8 <= count <= 15  # E.164: country code and subscriber number, 15 digits at most
-    return 10 <= count <= 11
+    if text.startswith("00"):
+        # After the international prefix 00; 13 or more, as a zero-padded number rarely has.
+        return 13 <= count <= 17
+    if text.startswith(("0", "(0")):
+        return 10 <= count <= 12  # a trunk 0 and up to 11 more (German mobiles: 0151 23456789)
+    return 10 <= count <= 11  # North American, with or without the leading 1
 
 
 _IPV4_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
@@ -190,3 +217,36 @@ def jwt_valid(text: str) -> bool:
 
 def ip_address_valid(text: str) -> bool:
     return ipv6_valid(text) if ":" in text else ipv4_valid(text)
+
+
+# Whole words (between "-", "_" or ".") that templates and docs put where a credential goes.
+_PLACEHOLDER_WORDS = frozenset(
+    {
+        "your", "yours", "here", "placeholder", "replace", "insert", "changeme", "redacted",
+        "dummy", "fake", "sample", "todo", "tbd", "fixme", "example",
+    }
+)  # fmt: skip
+# Two or more of these between separators: "my-api-token", "bot_token_value".
+_TOKEN_WORDS = frozenset(
+    {
+        "my", "the", "token", "key", "secret", "api", "bot", "user", "app", "access", "auth",
+        "value", "id", "password", "goes",
+    }
+)  # fmt: skip
+_WORD_SEPARATORS = re.compile(r"[-_.]+")
+_FILLER = re.compile(r"[xX]{6}|[.]{3}")
+
+
+def not_placeholder(value: str) -> bool:
+    """False for what stands in for a credential: `xoxb-your-bot-token-here`,
+    `YOUR_API_KEY_HERE`, `sk-xxxxxxxxxxxxxxxxxxxx`, `ghp_****...`; a real one is random.
+    A random value has a run of six x's, x's for half its characters, or a whole word of the
+    template vocabulary between separators, far too rarely to lose a real credential to this."""
+    if _FILLER.search(value):
+        return False
+    if (value.count("x") + value.count("X")) * 2 >= sum(char.isalnum() for char in value):
+        return False  # mostly x's between separators: xoxb-xxxx-xxxx-xxxx
+    words = [word.lower() for word in _WORD_SEPARATORS.split(value)]
+    if any(word in _PLACEHOLDER_WORDS for word in words):
+        return False
+    return sum(word in _TOKEN_WORDS for word in words) < 2

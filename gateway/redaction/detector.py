@@ -13,7 +13,9 @@ way a text is scanned:
 
 Each pattern is scanned on its own, leftmost-first; after a match its validator rejects,
 the scan goes on one character later. The accepted matches of all kinds are then made
-disjoint: earliest first, longest first on a tie, then in catalog order.
+disjoint: earliest first, longest first on a tie, then in catalog order. A rejected match
+its kind calls a look-alike (an IBAN with a wrong checksum) takes part as an entity of
+its kind's `look_alike` name ("~IBAN"), so that nothing inside it is found, and is then left out.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from gateway.redaction.prefilter import Prefilter, compilable, max_width, min_wi
 from gateway.redaction.seen import SeenTexts
 
 _UNBOUNDED = 1 << 62
+LOOK_ALIKE = "~"
+"""What starts the kind of a match that keeps other kinds out of its span but is not an
+entity (no kind's name can: see `entities.NAME_PATTERN`)."""
+_UNJUDGED = object()
 
 
 class Found(NamedTuple):
@@ -50,6 +56,7 @@ class _Exact:
     order: int  # position in the catalog, to break ties between kinds deterministically
     pattern: Any  # regex.Pattern[str]; the regex module ships no generic type for it
     check: Callable[[str], bool] | None
+    look_alike: Callable[[str], bool] | None
     value_group: bool
     width: int  # the longest match (the text's length when unknown)
     shortest: int  # the shortest whole match (0 when unknown)
@@ -59,9 +66,24 @@ class _Exact:
             start, end = match.span("v")
         else:
             start, end = match.span()
-        if start == end or (self.check is not None and not self.check(match.string[start:end])):
+        if start == end:
             return None
-        return Found(start, end, self.kind, match.start(), match.end())
+        kind = self.kind
+        if self.check is not None:
+            value = match.string[start:end]
+            if not self.check(value):
+                if self.look_alike is None or not self.look_alike(value):
+                    return None
+                kind = LOOK_ALIKE + kind
+        return Found(start, end, kind, match.start(), match.end())
+
+    def judge(self, value: str) -> str | None:
+        """The kind `value` is found as (this one or its look-alike), None when it is not."""
+        if self.check is None or self.check(value):
+            return self.kind
+        if self.look_alike is not None and self.look_alike(value):
+            return LOOK_ALIKE + self.kind
+        return None
 
 
 class Catalog:
@@ -84,6 +106,7 @@ class Catalog:
                     order,
                     compiled,
                     kind.check,
+                    kind.look_alike,
                     "v" in compiled.groupindex,
                     width or _UNBOUNDED,
                     min_width(source),
@@ -108,6 +131,7 @@ class Catalog:
         self._all = (*self._prefiltered, *self._unfiltered)
         self._prefilter = Prefilter(sources)
         self._orders = {kind.name: order for order, kind in enumerate(self.kinds)}
+        self._orders.update({LOOK_ALIKE + name: order for name, order in self._orders.items()})
         self.seen: SeenTexts[Found] = SeenTexts()
 
     def detector(self, names: Iterable[str] | None = None, *, per_request: bool = False) -> Detector:
@@ -141,14 +165,15 @@ class Catalog:
         if not hits:
             return []
         if len(hits) == 1:
-            return [hits[0][4]]
+            return [] if hits[0][4].kind[0] == LOOK_ALIKE else [hits[0][4]]
         # disjoint(), on tuples that sort by themselves: no key function, no lookups.
         hits.sort()
         result: list[Found] = []
         end = -1
         for start, _, _, _, found in hits:
             if start >= end:
-                result.append(found)
+                if found.kind[0] != LOOK_ALIKE:
+                    result.append(found)
                 end = found.end
         return result
 
@@ -163,10 +188,16 @@ class Catalog:
             search = exact.pattern.search
             at = pos
             while (match := search(text, at, partial=not final)) is not None:
-                if not final and (match.partial or match.end() + LOOKAHEAD > size):
-                    if match.start() < size:
-                        hold = min(hold, match.start())
-                    break
+                if not final:
+                    # Most searches end here: a partial match (a word may become an address).
+                    if match.partial or match.end() + LOOKAHEAD > size:
+                        start = match.start()
+                        hold = start if start < hold else hold  # min() costs a call per search
+                        break
+                    growing = _growing(exact, text, at, match)
+                    if growing is not None:
+                        hold = min(hold, growing)
+                        break
                 matches.append(match)
                 found = exact.accept(match)
                 if found is not None:
@@ -180,7 +211,8 @@ class Catalog:
                 if match.start() < hold < match.end():
                     hold = match.start()
                     settled = False
-        return disjoint([f for f in accepted if f.whole_end <= hold], self._order), hold
+        settled_found = disjoint([f for f in accepted if f.whole_end <= hold], self._order)
+        return [f for f in settled_found if f.kind[0] != LOOK_ALIKE], hold
 
     def _order(self, kind: str) -> int:
         return self._orders[kind]
@@ -189,21 +221,26 @@ class Catalog:
 # (start, start - end, catalog order, arrival, entity): sorts as `disjoint` orders, ties stable.
 _Hit = tuple[int, int, int, int, Found]
 
-Verdicts = dict[Callable[[str], bool], dict[str, bool]]
-"""A validator's verdicts, per value it was given."""
+Verdicts = dict[str, dict[str, str | None]]
+"""Per kind, its validators' verdicts on each value they were given: the kind the value is
+found as (`_Exact.judge`). Per kind, not per validator: kinds share one (`not_placeholder`)."""
 
 
-def _verdicts_of(exact: _Exact, verdicts: Verdicts | None) -> dict[str, bool]:
+def _verdicts_of(exact: _Exact, verdicts: Verdicts | None) -> dict[str, str | None]:
     if verdicts is None or exact.check is None:
         return {}  # for this one text: a text repeats its entities
-    found = verdicts.get(exact.check)
+    found = verdicts.get(exact.kind)
     if found is None:
-        found = verdicts[exact.check] = {}
+        found = verdicts[exact.kind] = {}
     return found
 
 
 def _confirm(
-    exact: _Exact, text: str, regions: Iterable[Sequence[int]], into: list[_Hit], verdicts: dict[str, bool]
+    exact: _Exact,
+    text: str,
+    regions: Iterable[Sequence[int]],
+    into: list[_Hit],
+    verdicts: dict[str, str | None],
 ) -> None:
     """The accepted matches starting in each region (start, end), as `_Exact.accept` and `_next`
     would find them, appended to `into`. The text is cut a whole match's width (and the
@@ -215,6 +252,7 @@ def _confirm(
     one entity costs one search, not a second one over a whole match's width."""
     search = exact.pattern.search
     check = exact.check
+    judge = exact.judge
     value_group = exact.value_group
     kind = exact.kind
     order = exact.order
@@ -234,16 +272,44 @@ def _confirm(
             if start == end:
                 pos = whole_start + 1
                 continue
+            found_as = kind
             if check is not None:
                 value = text[start:end]
-                valid = verdicts.get(value)
-                if valid is None:
-                    valid = verdicts[value] = check(value)
-                if not valid:
+                judged = verdicts.get(value, _UNJUDGED)
+                if judged is _UNJUDGED:
+                    judged = verdicts[value] = judge(value)
+                if judged is None:
                     pos = whole_start + 1
                     continue
-            append((start, start - end, order, len(into), Found(start, end, kind, whole_start, whole_end)))
+                found_as = judged  # type: ignore[assignment]
+            append(
+                (start, start - end, order, len(into), Found(start, end, found_as, whole_start, whole_end))
+            )
             pos = whole_end if whole_end > whole_start else whole_start + 1
+
+
+def _growing(exact: _Exact, text: str, at: int, match: Any) -> int | None:
+    """The earliest start, from `at` to `match`'s, of a match that more text could still
+    make or change (None when there is none): `match` is the leftmost the text holds now, a
+    complete one that ends `LOOKAHEAD` characters or more before the end.
+
+    With `partial`, `regex` prefers any complete match to a partial one, even a later or
+    shorter one: in "a@bb.cc.uni-ex" it returns "a@bb.cc", although the greedy path that
+    reached the end would win once "ample.de" arrives. So every start up to the returned
+    match's is asked whether some path from it reaches the end of the text, consuming it or
+    looking at it (a look-ahead reads at most `LOOKAHEAD` characters): only the starts a
+    whole match's width from the end can."""
+    size = len(text)
+    start = int(match.start())
+    pattern = exact.pattern
+    for candidate in range(max(at, size - exact.width - LOOKAHEAD), start):
+        # No complete match starts before `start`: a match here is a partial one.
+        if pattern.match(text, candidate, partial=True) is not None:
+            return candidate
+    for end in range(size, max(start, size - LOOKAHEAD), -1):
+        if pattern.fullmatch(text, start, end, partial=True) is not None:
+            return start
+    return None
 
 
 def _next(match: Any, found: Found | None) -> int:

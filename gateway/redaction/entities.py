@@ -38,12 +38,34 @@ class EntityKind:
     ignore_case: bool = False
     secret: bool = False  # a credential rather than personal data
     builtin: bool = False  # shipped and tested with Tollgate (custom kinds come from policy or config)
+    # A match `check` rejects but this accepts is no entity, yet nothing inside it is one either.
+    look_alike: Callable[[str], bool] | None = None
 
 
 _B = r"(?<![A-Za-z0-9_])"  # not preceded by a word character
 _E = r"(?![A-Za-z0-9_])"  # not followed by one
+# A national number ends where no digit, letter or part-number suffix ("-A") follows.
+_PHONE_END = r"(?![A-Za-z0-9_]|[./-][0-9]|-[A-Za-z])"
 _PEM_BEGIN = r"-----BEGIN[A-Z0-9 ]{0,30}PRIVATE KEY-----"
 _PEM_BODY = r"(?:\r?\n[A-Za-z0-9+/=]{1,128}|\r?\n[A-Za-z-]{1,32}: [^\r\n]{0,128}){0,256}"
+
+
+def _iban_shapes() -> str:
+    """An IBAN of its country's length, in groups of four or not, upper or lower case (the
+    validator wants one of them throughout). Exactly that length, so that a word after it
+    ("... 1332 from", "... 00 EUR") is never taken for its last group. The country code,
+    read again by a look-behind, alone chooses the branch; both the prefilter (which drops
+    the look-behind) and `regex` (which fails at the common start) scan it fast."""
+    by_length: dict[int, list[str]] = {}
+    for country, length in sorted(checks.IBAN_LENGTHS.items()):
+        by_length.setdefault(length, []).append(country)
+    branches = []
+    for length, countries in sorted(by_length.items()):
+        groups, rest = divmod(length - 4, 4)
+        shape = f"(?<=(?i:{'|'.join(countries)})[0-9]{{2}})(?: ?[A-Za-z0-9]{{4}}){{{groups}}}"
+        branches.append(shape + (f" ?[A-Za-z0-9]{{{rest}}}" if rest else ""))
+    return "[A-Za-z]{2}[0-9]{2}(?:" + "|".join(branches) + ")"
+
 
 _BUILTIN: tuple[EntityKind, ...] = (
     EntityKind(
@@ -61,7 +83,9 @@ _BUILTIN: tuple[EntityKind, ...] = (
         "JWT",
         (
             _B
-            + r"eyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,2048}(?![A-Za-z0-9_.-])",
+            + r"eyJ[A-Za-z0-9_-]{8,8192}\.eyJ[A-Za-z0-9_-]{8,8192}\.[A-Za-z0-9_-]{0,2048}"
+            # A full stop may end the sentence ("token <jwt>."), not a fourth segment.
+            + r"(?![A-Za-z0-9_-]|\.[A-Za-z0-9_-])",
         ),
         checks.jwt_valid,
         frozenset({"SECRET"}),
@@ -69,28 +93,39 @@ _BUILTIN: tuple[EntityKind, ...] = (
     ),
     EntityKind(
         "AWS_ACCESS_KEY",
-        (r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}(?![A-Za-z0-9])",),
+        (
+            r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}(?![A-Za-z0-9])",
+            # The secret that goes with it, where its name says what it is.
+            r"(?<![A-Za-z0-9])(?i:aws[_-]?secret(?:[_-]?access)?[_-]?key|secret[_-]?access[_-]?key)"
+            r"[\"']?[ \t]{0,3}[:=]"
+            r"[ \t]{0,3}[\"']?(?P<v>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
+        ),
+        check=checks.not_placeholder,
         groups=frozenset({"SECRET", "API_KEY"}),
         secret=True,
     ),
     EntityKind(
         "GITHUB_TOKEN",
         (_B + r"gh[pousr]_[A-Za-z0-9]{36,251}" + _E, _B + r"github_pat_[A-Za-z0-9_]{22,251}" + _E),
+        check=checks.not_placeholder,
         groups=frozenset({"SECRET", "API_KEY"}),
         secret=True,
     ),
     EntityKind(
         "SLACK_TOKEN",
         (
-            _B + r"xox[abposr]-[A-Za-z0-9-]{10,250}" + r"(?![A-Za-z0-9-])",
+            # Bot, user, app-level (xapp-), refresh (xoxe-) and configuration tokens.
+            _B + r"(?:xoxe\.)?(?:xox[abposre]|xapp)-[A-Za-z0-9-]{10,250}" + r"(?![A-Za-z0-9-])",
             r"https://hooks\.slack\.com/services/T[A-Za-z0-9_]{6,32}/B[A-Za-z0-9_]{6,32}/[A-Za-z0-9_]{16,64}",
         ),
+        check=checks.not_placeholder,
         groups=frozenset({"SECRET", "API_KEY"}),
         secret=True,
     ),
     EntityKind(
         "OPENAI_API_KEY",
         (r"(?<![A-Za-z0-9_-])sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,250}(?![A-Za-z0-9_-])",),
+        check=checks.not_placeholder,
         groups=frozenset({"SECRET", "API_KEY"}),
         secret=True,
     ),
@@ -103,6 +138,7 @@ _BUILTIN: tuple[EntityKind, ...] = (
             r"(?i:cloudflare|cf)[A-Za-z0-9_.-]{0,24}(?i:token|key)[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?"
             r"(?P<v>[A-Za-z0-9_-]{40})(?![A-Za-z0-9_-])",
         ),
+        check=checks.not_placeholder,
         groups=frozenset({"SECRET", "API_KEY"}),
         secret=True,
     ),
@@ -111,8 +147,13 @@ _BUILTIN: tuple[EntityKind, ...] = (
         (
             r"(?<![A-Za-z0-9])(?i:bearer)[ \t]{1,3}"
             r"(?P<v>[A-Za-z0-9._~+/-]{16,8192}={0,2})(?![A-Za-z0-9._~+/=-])",
+            # OAuth token responses and callbacks: {"access_token": "ya29...."}, refresh_token=...
+            # (opaque values; a longer one is a JWT, found as such)
+            r"(?<![A-Za-z0-9])(?i:access|refresh|id|auth)[_-]?(?i:token)[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?"
+            r"(?P<v>[A-Za-z0-9._~+/-]{16,2048}={0,2})(?![A-Za-z0-9._~+/=-])",
         ),
-        groups=frozenset({"SECRET"}),
+        checks.not_placeholder,
+        frozenset({"SECRET"}),
         secret=True,
     ),
     EntityKind(
@@ -132,26 +173,39 @@ _BUILTIN: tuple[EntityKind, ...] = (
     ),
     EntityKind(
         "IBAN",
-        (r"(?<![A-Za-z0-9])[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])",),
+        (r"(?<![A-Za-z0-9])" + _iban_shapes() + r"(?![A-Za-z0-9])",),
         checks.iban_valid,
         frozenset({"PII"}),
+        look_alike=checks.iban_shaped,
     ),
     EntityKind(
         "US_SSN",
-        (r"(?<![0-9-])[0-9]{3}-[0-9]{2}-[0-9]{4}(?![0-9-])",),
+        (
+            r"(?<![0-9-])[0-9]{3}-[0-9]{2}-[0-9]{4}(?![0-9-])",
+            r"(?<![0-9+.-])[0-9]{3} [0-9]{2} [0-9]{4}(?![A-Za-z0-9_]|[ .-][0-9])",
+            # Nine bare digits only where a name says what they are: ssn=123456789, "SSN": "...".
+            r"(?<![A-Za-z0-9])(?i:ssn|social[ _-]?security(?:[ _-]?(?:number|no\.?))?)[\"']?[ \t]{0,3}"
+            r"[:=#]{0,2}[ \t]{0,3}[\"']?(?P<v>[0-9]{9})(?![0-9])",
+        ),
         checks.ssn_valid,
         frozenset({"PII"}),
     ),
     EntityKind(
         "PHONE",
         (
-            # E.164, with or without separators: +14155552671, +44 20 7946 0958, +1 (415) 555-2671
-            r"(?<![A-Za-z0-9+])\+[1-9][0-9]{0,2}(?:[ .-]?(?:\([0-9]{1,4}\)|[0-9])){6,14}(?![0-9])",
-            # North American: (415) 555-2671, 415-555-2671, 415.555.2671
-            r"(?<![A-Za-z0-9+.-])(?:\([2-9][0-9]{2}\) ?|[2-9][0-9]{2}[ .-])[2-9][0-9]{2}[ .-][0-9]{4}"
-            r"(?![0-9]|[.-][0-9])",
-            # National with a trunk 0: 020 7946 0958, 01 23 45 67 89, 030 12345678, 07700 900123
-            r"(?<![A-Za-z0-9+.-])0[1-9][0-9]{0,3}(?:[ .-][0-9]{2,8}){1,4}(?![0-9]|[.-][0-9])",
+            # E.164, with or without separators: +14155552671, +44 20 7946 0958, +1 (415) 555-2671;
+            # (+44) 20 7946 0958, 0044 20 7946 0958 (the 00 prefix only before a separator)
+            r"(?<![A-Za-z0-9+])(?:\+[1-9][0-9]{0,2}|\(\+[1-9][0-9]{0,2}\)|00[1-9][0-9]{0,2}(?=[ .-]))"
+            r"(?:[ .-]?(?:\([0-9]{1,4}\)|[0-9])){6,14}(?![0-9])",
+            # North American: (415) 555-2671, 415-555-2671, 415.555.2671, 1-415-555-2671
+            r"(?<![A-Za-z0-9+.-])(?:1[ .-])?(?:\([2-9][0-9]{2}\) ?|[2-9][0-9]{2}[ .-])"
+            r"[2-9][0-9]{2}[ .-][0-9]{4}" + _PHONE_END,
+            # National with a trunk 0: 020 7946 0958, 01 23 45 67 89, 030 12345678, 07700 900123,
+            # 0151 23456789, 09876 54321, (030) 1234567, (02) 9876 5432
+            r"(?<![A-Za-z0-9+.-])(?:0[1-9][0-9]{0,3}|\(0[1-9][0-9]{0,3}\))(?:[ .-][0-9]{2,8}){1,4}"
+            + _PHONE_END,
+            # German, the area code before a slash: 030/1234567, 0221/123 4567, 030 / 1234567
+            r"(?<![A-Za-z0-9+./-])0[1-9][0-9]{1,4} ?/ ?[0-9]{3,9}(?:[ -][0-9]{2,8}){0,3}" + _PHONE_END,
         ),
         checks.phone_valid,
         frozenset({"PII"}),

@@ -51,8 +51,10 @@ def loosened(pattern: str) -> str:
             end = _group_end(pattern, i)
             body = pattern[i + head : end - 1]
             negative = pattern[i + head - 1] == "!"
-            if negative and _SIMPLE_CLASS.match(body):
-                excluded = _negate(body)
+            # "Not X and not Y" is loosened to "not X": one single-character alternative is enough.
+            simple = next((alt for alt in _alternatives(body) if _SIMPLE_CLASS.match(alt)), None)
+            if negative and simple is not None:
+                excluded = _negate(simple)
                 # (?<!X) becomes "start of text or one character that is not X", consumed.
                 out.append(f"(?:^|{excluded})" if head == 4 else f"(?:{excluded}|$)")
             i = end
@@ -87,6 +89,30 @@ def _class_end(pattern: str, start: int) -> int:
     while pattern[i] != "]":
         i += 2 if pattern[i] == "\\" else 1
     return i + 1
+
+
+def _alternatives(body: str) -> list[str]:
+    """`body` split at its top-level "|"."""
+    parts: list[str] = []
+    depth, i, last = 0, 0, 0
+    while i < len(body):
+        char = body[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "[":
+            i = _class_end(body, i)
+            continue
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            parts.append(body[last:i])
+            last = i + 1
+        i += 1
+    parts.append(body[last:])
+    return parts
 
 
 def _group_end(pattern: str, start: int) -> int:

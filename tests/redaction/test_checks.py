@@ -137,3 +137,26 @@ def test_digits_of() -> None:
     for _ in range(20_000):
         text = "".join(rnd.choice("0123 -()+.a٣é\x7f") for _ in range(rnd.randint(0, 20)))
         assert checks.digits_of(text) == re.sub(r"[^0-9]+", "", text)
+
+
+def test_random_credentials_are_never_taken_for_placeholders() -> None:
+    rnd = random.Random(11)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    for _ in range(20_000):
+        # base64url segments, some joined by dots (ya29.a0Af..., JWT-like bearer values)
+        segments = ["".join(rnd.choice(alphabet) for _ in range(rnd.randint(8, 60))) for _ in range(3)]
+        value = ".".join(segments[: rnd.randint(1, 3)])
+        assert checks.not_placeholder(value), value
+
+
+def test_template_placeholders_are_recognised() -> None:
+    for value in [
+        "xoxb-your-bot-token-here",
+        "YOUR_API_KEY_HERE",
+        "sk-xxxxxxxxxxxxxxxxxxxxxxxx",
+        "xoxb-xxxx-xxxx-xxxx",
+        "my-api-token",
+        "sk-proj-REPLACE_ME",
+        "abc...xyz0123456789",
+    ]:
+        assert not checks.not_placeholder(value), value

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,13 +14,14 @@ from gateway.redaction.entities import BUILTIN
 from gateway.redaction.scrub import marker
 from gateway.redaction.tokens import PlaceholderFinder, Vault
 from gateway.redaction.window import Finder, Replacement, SlidingWindow, redact_whole
-from tests.redaction.corpus import NEAR_MISSES, POSITIVES
+from tests.redaction.corpus import NEAR_MISSES, NEGATIVES, PLACEHOLDERS, POSITIVES
+from tests.redaction.generated import entities, ibans, in_prose, shown
 
 DETECTOR = Catalog(BUILTIN).detector()
 _ALPHABET = "0123456789abcxyzAKISE@.-_+: \n()/=<>"
 _PIECES = [
     *(value for cases in POSITIVES.values() for _, value in cases),
-    *(text for texts in NEAR_MISSES.values() for text in texts),
+    *(text for texts in (*NEAR_MISSES.values(), NEGATIVES, PLACEHOLDERS) for text in texts),
     "<EMAIL_1>",
     "<PHONE_2>",
     "<EMAIL_7>",
@@ -49,6 +51,61 @@ def streamed(finder: Finder, replacement: Replacement, chunks: list[str], stop: 
 def test_masking_a_stream_equals_masking_the_whole(case: tuple[str, list[str]]) -> None:
     text, chunks = case
     assert streamed(DETECTOR, marker, chunks) == redact_whole(DETECTOR, text, marker)
+
+
+# Variable-length entities (multi-label and hyphenated domains, URLs, JWTs, phones, IBANs valid
+# or not, keys) in prose, next to one another and to fragments: a greedy match that a
+# shorter complete match hides until more text arrives is what these catch.
+_ENTITY_TEXTS = st.lists(
+    st.one_of(
+        in_prose(entities()).map(lambda case: case[2]),
+        in_prose(shown(ibans(valid=False))).map(lambda case: case[2]),
+        st.text(_ALPHABET, max_size=6),
+    ),
+    min_size=1,
+    max_size=5,
+).map("".join)
+
+
+@st.composite
+def chunked_entities(draw: st.DrawFn) -> tuple[str, list[str]]:
+    text = draw(_ENTITY_TEXTS)
+    if draw(st.booleans()):
+        return text, list(text)  # one character per chunk, as token streams often are
+    cuts = sorted(draw(st.sets(st.integers(0, len(text)), max_size=max(1, len(text) // 3))))
+    return text, [text[a:b] for a, b in itertools.pairwise([0, *cuts, len(text)])]
+
+
+@settings(max_examples=400, deadline=None)
+@given(chunked_entities())
+def test_masking_streamed_entities_equals_masking_the_whole(case: tuple[str, list[str]]) -> None:
+    text, chunks = case
+    assert streamed(DETECTOR, marker, chunks) == redact_whole(DETECTOR, text, marker)
+
+
+@settings(max_examples=150, deadline=None)
+@given(chunked_entities())
+def test_blocking_streamed_entities_stops_where_the_whole_text_stops(case: tuple[str, list[str]]) -> None:
+    text, chunks = case
+    assert streamed(DETECTOR, marker, chunks, stop=True) == redact_whole(DETECTOR, text, marker, True)
+
+
+_SPLIT_CASES = [
+    "x a@bb.cc.uni-example.de",
+    "mail a.b@mx-1.eu-west.mail.uni-example.co.uk, or call",
+    "see https://example.com/u?email=jo@dept.uni-x.ac.at&x=1 now",
+    "token eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abc-def_ghi.",
+    "ring 1-415-555-0132, 030/1234567 or +44 20 7946 0958.",
+    "IBAN DE89 3704 0044 0532 0130 00, not DE89 3704 0044 0532 0130 01.",
+]
+
+
+@pytest.mark.parametrize("text", _SPLIT_CASES)
+def test_every_split_of_a_long_entity_masks_as_the_whole(text: str) -> None:
+    whole = redact_whole(DETECTOR, text, marker)
+    assert streamed(DETECTOR, marker, list(text)) == whole
+    for cut in range(len(text) + 1):
+        assert streamed(DETECTOR, marker, [text[:cut], text[cut:]]) == whole, cut
 
 
 @settings(max_examples=200, deadline=None)
@@ -114,3 +171,11 @@ def test_placeholders_the_client_wrote_are_never_issued() -> None:
     assert vault.placeholder("EMAIL", "a@example.com") == "<EMAIL_2>"
     assert vault.placeholder("EMAIL", "b@example.com") == "<EMAIL_3>"
     assert vault.value("<EMAIL_1>") is None
+
+
+def test_a_finished_long_entity_is_released_once_it_can_no_longer_grow() -> None:
+    window = SlidingWindow(DETECTOR, marker)
+    text = "x a@bb.cc.uni-example.de, and 1-415-555-0132 too. "
+    out = "".join(window.push(char) for char in text)
+    assert out == "x [EMAIL], and [PHONE] too. "
+    assert window.holding == 0
