@@ -144,8 +144,13 @@ private_host(host) if {
 
 # --- which upstreams may receive the data --------------------------------------------
 
+# Only an array counts: OPA stops with an error on count(null), regopy does not.
+default offered_upstreams := []
+
+offered_upstreams := input.upstreams if is_array(input.upstreams)
+
 permitted_upstreams := {name |
-	some name in object.get(input, "upstreams", [])
+	some name in offered_upstreams
 	tenant_may_send(name)
 	class_may_send(name)
 }
@@ -154,19 +159,25 @@ tenant_may_send(_) if not tenant.upstreams
 
 tenant_may_send(name) if name in tenant.upstreams
 
-class_may_send(_) if not is_string(input.data_class)
+# Bound with a default: `not is_string(input.data_class)` is true in the embedded engine
+# but undefined in OPA when the field is absent (docs/policies.md, "Engine differences").
+default data_class := null
 
-class_may_send(name) if name in data.data_classes[input.data_class].upstreams
+data_class := input.data_class
+
+class_may_send(_) if not is_string(data_class)
+
+class_may_send(name) if name in data.data_classes[data_class].upstreams
 
 deny contains msg if {
-	is_string(input.data_class)
-	not data.data_classes[input.data_class]
-	msg := concat("", ["unknown data class ", input.data_class])
+	is_string(data_class)
+	not data.data_classes[data_class]
+	msg := concat("", ["unknown data class ", data_class])
 }
 
 deny contains msg if {
 	model_allowed
-	count(object.get(input, "upstreams", [])) > 0
+	count(offered_upstreams) > 0
 	count(permitted_upstreams) == 0
 	msg := concat("", ["no upstream serving model ", model_name, " may receive this tenant's data"])
 }
