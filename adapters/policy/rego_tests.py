@@ -13,7 +13,8 @@ import regopy
 from regopy.rego_shared import rego_get_error
 
 from adapters.policy.compiled import add_source
-from adapters.policy.rego_checks import module_facts, tokens
+from adapters.policy.rego_checks import module_facts
+from adapters.policy.rego_tokens import tokens
 from adapters.policy.source import PolicySource
 
 # What regopy says when a test uses `with input as {...}` on a rule that calls a builtin.

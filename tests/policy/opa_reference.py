@@ -9,13 +9,17 @@ is an ImportError when the tests are collected: the conformance tests fail, neve
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from opa_bindings import OpaEngine, OpaError, OpaUndefinedError
 
 from adapters.policy.rego_checks import module_facts
 from adapters.policy.rego_tests import rego_test_names
+from adapters.policy.rego_types import TABLE
 from adapters.policy.source import PolicySource, RegoFile
 
 __all__ = ["OpaEngine", "OpaError", "compile_errors", "decide", "opa_engine", "run_opa_tests"]
@@ -65,3 +69,61 @@ def run_opa_tests(source: PolicySource) -> dict[str, bool]:
             for name in rego_test_names(module.text):
                 results[f"{package}.{name}"] = value.get(name) is True
     return results
+
+
+def opa_capabilities() -> dict[str, Any]:
+    """OPA's capabilities document (every builtin with its declaration) for the embedded
+    OPA: the bindings' library carries one per OPA release; the newest has the most builtins."""
+    import opa_bindings
+
+    library = Path(opa_bindings.__file__).with_name("libopabridge.so").read_bytes()
+    decoder = json.JSONDecoder()
+    found = []
+    for match in re.finditer(rb'\{\n  "builtins": \[', library):
+        text = library[match.start() : match.start() + 1_000_000].decode("utf-8", errors="replace")
+        found.append(decoder.raw_decode(text)[0])
+    return max(found, key=lambda doc: len(doc["builtins"]))
+
+
+def builtin_kinds(capabilities: dict[str, Any]) -> dict[str, Any]:
+    """The capabilities reduced to what the loader's type checks read: per builtin, the kinds
+    of value each argument and the result may be, and the infix operators' builtins."""
+    functions = {}
+    operators = {}
+    for builtin in capabilities["builtins"]:
+        decl = builtin.get("decl", {})
+        if decl.get("type") != "function" or builtin.get("deprecated"):
+            continue
+        functions[builtin["name"]] = {
+            "args": [_kinds(arg) for arg in decl.get("args", [])],
+            "result": _kinds(decl.get("result", {"type": "any"})),
+        }
+        if builtin.get("infix"):
+            operators[builtin["infix"]] = builtin["name"]
+    return {"functions": dict(sorted(functions.items())), "operators": dict(sorted(operators.items()))}
+
+
+def table_text(table: dict[str, Any]) -> str:
+    """The table as builtin_types.json holds it: one line per builtin, for readable diffs."""
+    lines = [f"  {json.dumps(name)}: {json.dumps(decl)}" for name, decl in table["functions"].items()]
+    return (
+        '{"functions": {\n'
+        + ",\n".join(lines)
+        + '\n},\n"operators": '
+        + json.dumps(table["operators"])
+        + "}\n"
+    )
+
+
+def _kinds(decl: dict[str, Any]) -> list[str]:
+    if decl.get("type") == "any":
+        of = decl.get("of")
+        if not isinstance(of, list):
+            return ["any"]
+        return sorted({kind for item in of for kind in _kinds(item)})
+    return [decl.get("type", "any")]
+
+
+if __name__ == "__main__":
+    # python -m tests.policy.opa_reference: rewrite the loader's table of builtin types.
+    TABLE.write_text(table_text(builtin_kinds(opa_capabilities())))
