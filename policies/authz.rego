@@ -116,9 +116,9 @@ without_private_hosts(rule) := object.union(rule, {"allowed_hosts": [host |
 	not private_host(host)
 ]})
 
-private_host(host) if lower(host) in {"localhost", "localhost.localdomain", "ip6-localhost", "0.0.0.0", "::", "::1", "[::1]"}
+private_host(host) if ascii_lower(host) in {"localhost", "localhost.localdomain", "ip6-localhost", "0.0.0.0", "::", "::1", "[::1]"}
 
-private_host(host) if endswith(lower(host), ".localhost")
+private_host(host) if endswith(ascii_lower(host), ".localhost")
 
 # Dotted-quad literals are matched octet by octet: cheaper in the engine than a prefix scan.
 private_host(host) if {
@@ -139,7 +139,17 @@ private_ipv4(octets) if {
 private_host(host) if {
 	contains(host, ":")
 	some prefix in {"fc", "fd", "fe80:", "::ffff:"}
-	startswith(lower(trim(host, "[]")), prefix)
+	startswith(ascii_lower(trim(host, "[]")), prefix)
+}
+
+# Not `lower`: OPA lowers every letter, the embedded engine only A-Z. Host names are
+# ASCII (an internationalised name travels as punycode), so A-Z is all there is to lower.
+ascii_lower(text) := strings.replace_n(ascii_upper_to_lower, text)
+
+ascii_upper_to_lower := {
+	"A": "a", "B": "b", "C": "c", "D": "d", "E": "e", "F": "f", "G": "g", "H": "h", "I": "i",
+	"J": "j", "K": "k", "L": "l", "M": "m", "N": "n", "O": "o", "P": "p", "Q": "q", "R": "r",
+	"S": "s", "T": "t", "U": "u", "V": "v", "W": "w", "X": "x", "Y": "y", "Z": "z",
 }
 
 # --- which upstreams may receive the data --------------------------------------------

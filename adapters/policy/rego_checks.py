@@ -8,6 +8,10 @@ regopy accepts some text it then evaluates differently from OPA, silently:
   unknown function makes the result unparsable: every call must name a function defined
   in the policy or a builtin regopy implements.
 - `sprintf("%q", ...)` prints a literal %q.
+- Some builtins give other results than OPA's (`lower` on non-ASCII letters, `time.format`):
+  refused, so that the same files decide the same on both engines.
+- What OPA's compiler refuses, regopy loads and then never fires: unsafe variables and
+  type errors (rego_safety, rego_types), refused here.
 And some builtins make a decision depend on more than its input (time, randomness, the
 network): they are allowed, but turn the decision cache off for that revision.
 
@@ -31,6 +35,16 @@ UNSUPPORTED = frozenset(
     {"time.parse_rfc3339_ns", "json.match_schema", "json.verify_schema", "strings.render_template"}
 )
 UNSUPPORTED_FAMILIES = ("net.", "http.", "graphql.", "rego.metadata.")
+
+# Builtins whose result differs between regopy and OPA (measured), with how.
+ENGINE_DEPENDENT = {
+    "lower": "OPA lowers every letter, the embedded engine only A-Z; for ASCII use "
+    'strings.replace_n({"A": "a", ...}, s)',
+    "upper": "OPA raises every letter, the embedded engine only a-z; for ASCII use "
+    'strings.replace_n({"a": "A", ...}, s)',
+    "time.format": "the engines format fractions of a second differently",
+    "crypto.x509.parse_certificates": "the engines parse certificates into different objects",
+}
 
 # Builtins whose result depends on something other than the input and data.
 UNCACHEABLE = frozenset(
@@ -125,6 +139,11 @@ def check_modules(modules: Iterable[RegoFile], is_builtin: Callable[[str], bool]
                 problems.append(
                     f"{where}: calls {name}, which the embedded engine evaluates as undefined "
                     "(use engine: opa for it)"
+                )
+            elif name in ENGINE_DEPENDENT:
+                problems.append(
+                    f"{where}: calls {name}, whose result differs between the embedded engine and OPA: "
+                    f"{ENGINE_DEPENDENT[name]}"
                 )
             elif not is_builtin(name):
                 problems.append(f"{where}: calls {name}, which is neither defined here nor a builtin")

@@ -179,3 +179,25 @@ def test_the_builtin_types_table_is_opas_own() -> None:
         "args": [["string"], ["string"]],
         "result": ["boolean"],
     }
+
+
+# Builtins whose results differ between the engines: each shown to differ, and refused.
+ENGINE_DEPENDENT: dict[str, str] = {
+    "lower": 'x := lower("ÄB")',
+    "upper": 'x := upper("äb")',
+    "time.format": "x := time.format(0)",
+}
+
+
+@pytest.mark.parametrize(("builtin", "text"), ENGINE_DEPENDENT.items())
+def test_builtins_whose_results_differ_between_the_engines_are_refused(builtin: str, text: str) -> None:
+    with opa_engine(module(text)) as engine:
+        on_opa = decide(engine, "p.x", {})
+    assert _regopy_value(text) != on_opa
+    why = refusal(module(text))
+    assert why is not None and f"calls {builtin}, whose result differs" in why
+
+
+def test_x509_parsing_is_refused() -> None:
+    why = refusal(module('x := crypto.x509.parse_certificates("")'))
+    assert why is not None and "whose result differs" in why
