@@ -170,7 +170,7 @@ tenant_may_send(_) if not tenant.upstreams
 tenant_may_send(name) if name in tenant.upstreams
 
 # Bound with a default: `not is_string(input.data_class)` is true in the embedded engine
-# but undefined in OPA when the field is absent (docs/policies.md, "Engine differences").
+# but undefined in OPA when the field is absent (docs/policies.md, "Writing Rego for both engines").
 default data_class := null
 
 data_class := input.data_class
