@@ -106,3 +106,20 @@ def test_serve_stops_at_a_policy_whose_tests_fail(tmp_path: Path, policy_dir: Pa
     assert done.returncode == 2
     assert "the policy is refused: the policy's tests fail" in done.stderr
     assert "test_that_fails" in done.stderr
+
+
+def test_policy_test_runs_the_tests_on_opas_engine(
+    capsys: pytest.CaptureFixture[str], policy_dir: Path
+) -> None:
+    code, out = run(capsys, "policy", "test", "--engine", "opa", "--dir", str(policy_dir))
+    assert code == 0
+    assert "PASS  gateway.authz_test.test_an_unknown_tenant_is_denied  (authz_test.rego)" in out
+    # A test that leans on the embedded engine's set order passes there and fails on OPA.
+    (policy_dir / "order_test.rego").write_text(
+        'package gateway.order_test\n\ntest_set_order if concat(",", {"b", "a"}) == "b,a"\n'
+    )
+    code, out = run(capsys, "policy", "test", "--dir", str(policy_dir))
+    assert code == 0 and "PASS  gateway.order_test.test_set_order" in out
+    code, out = run(capsys, "policy", "test", "--engine", "opa", "--dir", str(policy_dir))
+    assert code == 1 and "FAIL  gateway.order_test.test_set_order  (order_test.rego)" in out
+    assert out.rstrip().endswith(" passed, 1 failed")
