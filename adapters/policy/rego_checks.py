@@ -215,11 +215,12 @@ def _refuse_v0(file: RegoFile, toks: list[Token]) -> None:
         if tok.text == "every":
             every_pending = True
         elif tok.text == "{" and tok.kind == "op":
+            previous = toks[index - 1] if index else None
+            if previous is None or previous.text in _VALUE_CONTEXT:
+                continue  # a value: an object, a set, `every`'s domain
             if every_pending:
                 every_pending = False
-                continue
-            previous = toks[index - 1] if index else None
-            if previous is not None and previous.text not in _VALUE_CONTEXT:
+            else:
                 raise PolicyLoadError(
                     f"{file.path}:{tok.line}: a rule body without `if` is Rego v0 syntax; "
                     "write Rego v1 (`rule if { ... }`, `set contains x if { ... }`)"

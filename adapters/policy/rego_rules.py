@@ -74,8 +74,14 @@ def _rule(statement: tuple[Token, ...]) -> Rule:
 
 
 def _comprehension_value(statement: tuple[Token, ...]) -> bool:
-    """`name := {x | ...}` (or `[...]`) with no `if`: defined, if only as an empty collection."""
-    if len(statement) < 3 or statement[1].text not in (":=", "=") or statement[2].text not in "[{":
+    """`name := {x | ...}` (or `[...]`) with no `if`: defined, if only as an empty
+    collection; and `name := <a constant>`."""
+    if len(statement) < 3 or statement[1].text not in (":=", "="):
+        return False
+    value = statement[2:]
+    if all(t.kind in ("string", "number", "op") or t.text in ("true", "false", "null") for t in value):
+        return True
+    if statement[2].text not in ("[", "{"):
         return False
     end = matching(statement, 2)
     inner = statement[3:end]

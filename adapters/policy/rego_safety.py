@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from adapters.policy.rego_rules import KEYWORDS, Rule, expression_end, matching, opening
 from adapters.policy.rego_tokens import Token
+from adapters.policy.rego_types import builtin_types, call_arguments
 
 # Infix operators that are builtin calls (`==` and `=` are unification, which is not).
 _BUILTIN_OPERATORS = frozenset({"!=", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "&", "|", "in"})
@@ -90,7 +91,23 @@ def bound_variables(rule: Rule) -> set[str]:
                 j += 1
         elif tok.text == "[" and tok.kind == "op" and not negated[i] and _is_reference_index(toks, i):
             bound.add(toks[i + 1].text)
+        elif tok.kind == "name" and i + 1 < len(toks) and toks[i + 1].text == "(":
+            output = _output_argument(toks, i)
+            if output is not None:
+                bound.add(output)
     return bound
+
+
+def _output_argument(toks: Sequence[Token], index: int) -> str | None:
+    """`split(s, ".", parts)`: a builtin given one argument more than it takes binds the last."""
+    signature = builtin_types().functions.get(toks[index].text)
+    if signature is None:
+        return None
+    args = call_arguments(toks, index + 1)
+    if len(args) != len(signature.args) + 1:
+        return None
+    start, end = args[-1]
+    return toks[start].text if end == start + 1 and _is_variable(toks[start]) else None
 
 
 def _is_reference_index(toks: Sequence[Token], index: int) -> bool:

@@ -65,7 +65,13 @@ def type_errors(rule: Rule, is_policy_function: Callable[[str], bool]) -> list[t
         return _kinds(toks, start, end, local, types, is_policy_function)
 
     for i, tok in enumerate(toks):
-        if tok.text == ":=" and i > 1 and _is_variable(toks[i - 1]):
+        if tok.text in ("some", "every") and tok.kind == "name":
+            # A new variable (in a comprehension, say) of unknown kind, whatever a name before.
+            j = i + 1
+            while j < len(toks) and toks[j].text != "in" and not toks[j].line_start:
+                local.pop(toks[j].text, None)
+                j += 1
+        elif tok.text == ":=" and i > 1 and _is_variable(toks[i - 1]):
             known = kinds(i + 1, expression_end(toks, i))
             if known is not None:
                 local[toks[i - 1].text] = known
@@ -73,7 +79,7 @@ def type_errors(rule: Rule, is_policy_function: Callable[[str], bool]) -> list[t
             signature = types.functions.get(tok.text)
             if signature is None or is_policy_function(tok.text) or tok.text in KEYWORDS:
                 continue
-            args = _arguments(toks, i + 1)
+            args = call_arguments(toks, i + 1)
             if len(args) not in (len(signature.args), len(signature.args) + 1):
                 found.append(
                     (f"{tok.text}: takes {len(signature.args)} arguments, given {len(args)}", tok.line)
@@ -150,7 +156,7 @@ def _brace_kind(toks: Sequence[Token], start: int, end: int) -> str:
     return "set"
 
 
-def _arguments(toks: Sequence[Token], paren: int) -> list[tuple[int, int]]:
+def call_arguments(toks: Sequence[Token], paren: int) -> list[tuple[int, int]]:
     close = matching(toks, paren)
     if close == paren + 1:
         return []

@@ -96,6 +96,22 @@ VALID: dict[str, str] = {
     "with in a test": "p := input.a\ntest_p if p with input.a as true",
     "else": "r := 1 if input.a else := 2",
     "an import": "import data.lib\nl if lib.on",
+    "an output argument": 'p := parts if split("a.b", ".", parts)',
+    "not in a constant set": 'allowed := {"a", "b"}\nx if not "c" in allowed',
+    "a name reused in a comprehension": (
+        'y := z if {\n\tx := "a"\n\tx == "a"\n\tz := [y | some x in [1, 2]; y := x * 2]\n}'
+    ),
+    "destructuring unification": "r if {\n\t[a, _] = [1, 2]\n\ta == 1\n}",
+    "negative numbers": "n := abs(-1) + -2",
+    "declared indexes": "s if {\n\tsome i, j\n\tinput.m[i][j] == 1\n}",
+    "an index chain": "t if input.m[i][j] == 1",
+    "a set union": 'u := {"a"} | {"b"}',
+    "every over an object literal": 'w if every k, v in {"a": 1} { is_string(k); v > 0 }',
+    "a function with an array parameter": "f([a, b]) := a + b\nz := f([1, 2])",
+    "a rule with a reference head": "a.b.c := 1\nd := a.b.c",
+    "membership with a key": 'e if "k", 1 in {"k": 1}',
+    "sprintf with an array": 'm := sprintf("%v and %v", ["a", 1])',
+    "count of a comprehension": "c := count({x | some x in input.xs})",
 }
 
 # `not` over a builtin on a value that may be undefined: true in regopy, undefined in OPA.
@@ -106,7 +122,8 @@ NEGATIONS: dict[str, str] = {
     "membership in an absent field": "x if not 1 in input.xs",
     "a rule without a default": "r := input.x\nx if not is_string(r)",
     "count of an absent field": "x if not count(input.x) == 1",
-    "a nested call": 'x if not startswith(lower(input.x), "a")',
+    "a nested call": 'x if not startswith(trim(input.x, " "), "a")',
+    "an absent field in a set": 'allowed := {"a", "b"}\nx if not input.name in allowed',
 }
 
 
