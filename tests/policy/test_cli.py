@@ -123,3 +123,17 @@ def test_policy_test_runs_the_tests_on_opas_engine(
     code, out = run(capsys, "policy", "test", "--engine", "opa", "--dir", str(policy_dir))
     assert code == 1 and "FAIL  gateway.order_test.test_set_order  (order_test.rego)" in out
     assert out.rstrip().endswith(" passed, 1 failed")
+
+
+def test_policy_test_refuses_a_misspelled_variable(
+    capsys: pytest.CaptureFixture[str], policy_dir: Path
+) -> None:
+    """The embedded engine alone would load it, pass every test, and never fire the rule."""
+    (policy_dir / "authz.rego").write_text(
+        (policy_dir / "authz.rego").read_text()
+        + "\ndeny contains msg if {\n\tinput.stream\n"
+        + '\tmsg := concat(" ", ["no streams for", tenant_nmae])\n}\n'
+    )
+    code, out = run(capsys, "policy", "test", "--dir", str(policy_dir))
+    assert code == 2
+    assert "var tenant_nmae is unsafe" in out and "authz.rego:" in out
