@@ -150,6 +150,7 @@ def check_modules(modules: Iterable[RegoFile], is_builtin: Callable[[str], bool]
         for tok in _sprintf_q(module.file):
             problems.append(f"{module.file.path}:{tok}: sprintf with %q prints a literal %q here; use %v")
         problems.extend(_variable_problems(module, _scope(module, facts)))
+        problems.extend(_reference_problems(module, defined, is_builtin))
     if problems:
         raise PolicyLoadError("; ".join(problems))
     return sorted(uncacheable)
@@ -183,6 +184,30 @@ def _variable_problems(module: ModuleFacts, scope: Scope) -> list[str]:
                 "OPA's answer is then undefined where the embedded engine's is true; give the value "
                 'a default first (`default x := null`, or object.get(input, "field", null))'
             )
+    return problems
+
+
+def _reference_problems(
+    module: ModuleFacts, defined: set[str], is_builtin: Callable[[str], bool]
+) -> list[str]:
+    """Import paths and `with` targets OPA refuses (regopy ignores a `with` on nothing)."""
+    problems = []
+    toks = tokens(module.file.text)
+    for index, tok in enumerate(toks[:-1]):
+        target = toks[index + 1]
+        head = target.text.split(".", 1)[0]
+        where = f"{module.file.path}:{tok.line}"
+        if tok.text == "import" and tok.kind == "name" and head not in ("data", "input", "future", "rego"):
+            problems.append(f"{where}: an import path begins with data, input, future or rego, not {head}")
+        elif tok.text == "with" and tok.kind == "name" and head not in ("data", "input"):
+            resolved = _resolve(target.text, module)
+            if (resolved is None and not is_builtin(target.text)) or (
+                resolved is not None and resolved not in defined
+            ):
+                problems.append(
+                    f"{where}: `with {target.text}` replaces nothing: its target must be input, data "
+                    "or a function"
+                )
     return problems
 
 

@@ -8,6 +8,7 @@ the rule with the mistake silently never fires."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -15,7 +16,8 @@ import regopy
 
 from adapters.policy.rego_checks import check_modules
 from adapters.policy.rego_types import TABLE
-from adapters.policy.source import PolicyLoadError, RegoFile
+from adapters.policy.source import PolicyLoadError, RegoFile, read_policy_dir
+from tests.policy.conftest import SHIPPED_POLICIES
 from tests.policy.opa_reference import (
     OpaError,
     builtin_kinds,
@@ -218,3 +220,57 @@ def test_builtins_whose_results_differ_between_the_engines_are_refused(builtin: 
 def test_x509_parsing_is_refused() -> None:
     why = refusal(module('x := crypto.x509.parse_certificates("")'))
     assert why is not None and "whose result differs" in why
+
+
+# --- every name of the shipped policy misspelled in turn -----------------------------
+
+_NAME = re.compile(r'(?<![\w."])([A-Za-z_][A-Za-z0-9_]*)(?![\w"])')
+_NOT_NAMES = frozenset(
+    {"if", "in", "not", "some", "every", "contains", "else", "default", "package", "import"}
+    | {"true", "false", "null", "_", "with", "as"}
+)
+SHIPPED = read_policy_dir(SHIPPED_POLICIES)
+CHUNKS = 4
+
+
+def misspellings(text: str) -> list[tuple[int, str, str]]:
+    """(line, name, text with that one occurrence misspelled) for every name outside comments
+    and strings."""
+    lines = text.split("\n")
+    found = []
+    for number, line in enumerate(lines):
+        code = line.split("#", 1)[0]
+        for match in _NAME.finditer(code):
+            if match.group(1) in _NOT_NAMES or code[: match.start()].count('"') % 2:
+                continue
+            changed = code[: match.start()] + match.group(1) + "x" + code[match.end() :]
+            found.append(
+                (number + 1, match.group(1), "\n".join([*lines[:number], changed, *lines[number + 1 :]]))
+            )
+    return found
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+@pytest.mark.parametrize("which", ["authz.rego", "authz_test.rego"])
+def test_misspelling_any_name_is_refused_exactly_when_opa_refuses(which: str, chunk: int) -> None:
+    """Each refused mutant OPA refuses too, and each OPA refuses is refused, except: the checks
+    also refuse a `not` whose answer the engines would differ on (OPA compiles it), and
+    they do not know the kinds of a collection's elements (OPA's checker sometimes does)."""
+    original = next(m for m in SHIPPED.modules if m.path == which)
+    others = [m for m in SHIPPED.modules if m.path != which]
+    mutants = misspellings(original.text)[chunk::CHUNKS]
+    disagreements = []
+    refused_by_opa = 0
+    for line, name, text in mutants:
+        modules = [*others, RegoFile(which, text)]
+        opa_errors = compile_errors(modules)
+        ours = refusal(modules)
+        refused_by_opa += bool(opa_errors)
+        if opa_errors and ours is None:
+            if "rego_type_error" in opa_errors[0] and "array<" in opa_errors[0]:
+                continue  # element kinds: see the docstring
+            disagreements.append((line, name, opa_errors[0][:200], None))
+        elif ours is not None and not opa_errors and "may be undefined" not in ours:
+            disagreements.append((line, name, None, ours[:200]))
+    assert disagreements == []
+    assert refused_by_opa > len(mutants) // 3  # the corpus is mostly broken policies
