@@ -16,6 +16,8 @@ KEYWORDS = frozenset(
     {"if", "in", "not", "some", "every", "contains", "else", "with", "as", "default", "import", "package"}
     | {"true", "false", "null"}
 )
+# `contains` is also a builtin: `contains(s, ":")` is a call, `deny contains msg` a keyword.
+BUILTIN_KEYWORDS = frozenset({"contains"})
 _OPENING = {")": "(", "]": "[", "}": "{"}
 _CLOSING = {"(": ")", "[": "]", "{": "}"}
 

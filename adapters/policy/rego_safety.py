@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from adapters.policy.rego_rules import KEYWORDS, Rule, expression_end, matching, opening
+from adapters.policy.rego_rules import BUILTIN_KEYWORDS, KEYWORDS, Rule, expression_end, matching, opening
 from adapters.policy.rego_tokens import Token
 from adapters.policy.rego_types import builtin_types, call_arguments
 
@@ -160,7 +160,8 @@ def _is_builtin_use(toks: Sequence[Token], index: int) -> bool:
     if tok.kind == "name" and tok.text == "in":
         return True
     following = toks[index + 1] if index + 1 < len(toks) else None
-    return tok.kind == "name" and tok.text not in KEYWORDS and following is not None and following.text == "("
+    called = tok.text not in KEYWORDS or tok.text in BUILTIN_KEYWORDS
+    return tok.kind == "name" and called and following is not None and following.text == "("
 
 
 def _may_be_undefined(toks: Sequence[Token], index: int, bound: set[str], scope: Scope) -> bool:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from adapters.policy.rego_rules import KEYWORDS, Rule, expression_end, matching, opening
+from adapters.policy.rego_rules import BUILTIN_KEYWORDS, KEYWORDS, Rule, expression_end, matching, opening
 from adapters.policy.rego_tokens import Token
 
 TABLE = Path(__file__).with_name("builtin_types.json")
@@ -54,30 +54,31 @@ def builtin_types() -> BuiltinTypes:
     )
 
 
-def type_errors(rule: Rule, is_policy_function: Callable[[str], bool]) -> list[tuple[str, int]]:
-    """(what is wrong, line) for each builtin call or operator given the wrong kind of value."""
+def type_errors(
+    rule: Rule, is_policy_function: Callable[[str], bool], rule_kinds: Mapping[str, Kinds]
+) -> list[tuple[str, int]]:
+    """(what is wrong, line) for each builtin call or operator given the wrong kind of value;
+    `rule_kinds`: the kinds of the package's rules that are constants (constant_rule_kinds)."""
     types = builtin_types()
     toks = rule.tokens
-    local: dict[str, Kinds] = {}
+    # Locals by name, None for one of unknown kind: a local hides a rule of the same name.
+    local: dict[str, Kinds | None] = dict.fromkeys(rule.params)
     found: list[tuple[str, int]] = []
 
     def kinds(start: int, end: int) -> Kinds | None:
-        return _kinds(toks, start, end, local, types, is_policy_function)
+        return _kinds(toks, start, end, _Names(local, rule_kinds), types, is_policy_function)
 
     for i, tok in enumerate(toks):
         if tok.text in ("some", "every") and tok.kind == "name":
-            # A new variable (in a comprehension, say) of unknown kind, whatever a name before.
             j = i + 1
             while j < len(toks) and toks[j].text != "in" and not toks[j].line_start:
-                local.pop(toks[j].text, None)
+                local[toks[j].text] = None
                 j += 1
         elif tok.text == ":=" and i > 1 and _is_variable(toks[i - 1]):
-            known = kinds(i + 1, expression_end(toks, i))
-            if known is not None:
-                local[toks[i - 1].text] = known
+            local[toks[i - 1].text] = kinds(i + 1, expression_end(toks, i))
         elif tok.kind == "name" and i + 1 < len(toks) and toks[i + 1].text == "(":
             signature = types.functions.get(tok.text)
-            if signature is None or is_policy_function(tok.text) or tok.text in KEYWORDS:
+            if signature is None or is_policy_function(tok.text) or tok.text in KEYWORDS - BUILTIN_KEYWORDS:
                 continue
             args = call_arguments(toks, i + 1)
             if len(args) not in (len(signature.args), len(signature.args) + 1):
@@ -104,17 +105,63 @@ def type_errors(rule: Rule, is_policy_function: Callable[[str], bool]) -> list[t
     return found
 
 
+def constant_rule_kinds(rules: Sequence[Rule]) -> dict[str, Kinds]:
+    """The kinds of the rules every definition of which is a constant (`x := {"A": "a"}`,
+    `default x := null`), by name: a rule's value is known without evaluating it."""
+    types = builtin_types()
+    found: dict[str, set[str]] = {}
+    unknown: set[str] = set()
+    for rule in rules:
+        toks = rule.tokens
+        start = 3 if rule.has_default else 2
+        value = toks[start:]
+        constant = (
+            len(toks) > start
+            and toks[start - 1].text in (":=", "=")
+            and not rule.is_function
+            and all(t.kind != "name" or t.text in ("true", "false", "null") for t in value)
+        )
+        kinds = _kinds(toks, start, len(toks), _Names({}, {}), types, lambda _: False) if constant else None
+        if kinds is None:
+            unknown.add(rule.name)
+        else:
+            found.setdefault(rule.name, set()).update(kinds)
+    return {name: frozenset(kinds) for name, kinds in found.items() if name not in unknown}
+
+
+@dataclass(frozen=True, slots=True)
+class _Names:
+    local: Mapping[str, Kinds | None]
+    rules: Mapping[str, Kinds]
+
+    def kinds(self, name: str) -> Kinds | None:
+        return self.local[name] if name in self.local else self.rules.get(name)
+
+
 def _mismatch(have: Kinds | None, wanted: Kinds) -> str | None:
-    if have is None or ANY in have or ANY in wanted or have & wanted:
+    if have is None or any(_fits(h, w) for h in have for w in wanted):
         return None
     return f"{' or '.join(sorted(have))}, not {' or '.join(sorted(wanted))}"
+
+
+def _fits(have: str, wanted: str) -> bool:
+    """`array[number|string]` fits `array`, not `array[string]`; `any` fits and takes all."""
+    have_kind, _, have_items = have.partition("[")
+    wanted_kind, _, wanted_items = wanted.partition("[")
+    if ANY in (have_kind, wanted_kind):
+        return True
+    if have_kind != wanted_kind:
+        return False
+    if not have_items or not wanted_items:
+        return True
+    return set(have_items.rstrip("]").split("|")) <= set(wanted_items.rstrip("]").split("|"))
 
 
 def _kinds(
     toks: Sequence[Token],
     start: int,
     end: int,
-    local: Mapping[str, Kinds],
+    names: _Names,
     types: BuiltinTypes,
     is_policy_function: Callable[[str], bool],
 ) -> Kinds | None:
@@ -127,11 +174,21 @@ def _kinds(
             return frozenset({first.kind})
         if first.text in _LITERALS:
             return frozenset({_LITERALS[first.text]})
-        return local.get(first.text) if _is_variable(first) else None
+        return names.kinds(first.text) if _is_variable(first) else None
     if first.text in ("[", "{") and first.kind == "op" and matching(toks, start) == end - 1:
-        if first.text == "[":
-            return frozenset({"array"})
-        return frozenset({_brace_kind(toks, start, end - 1)})
+        kind = "array" if first.text == "[" else _brace_kind(toks, start, end - 1)
+        items = _collection_items(toks, start, end - 1, kind == "object")
+        # As OPA's checker: an item of one known kind that the builtin does not take is an
+        # error whatever the other items are; an item of unknown or several kinds is not.
+        item_kinds = set()
+        for item_start, item_end in items or ():
+            known = _kinds(toks, item_start, item_end, names, types, is_policy_function)
+            bases = {k.partition("[")[0] for k in known or ()}
+            if len(bases) == 1:
+                item_kinds |= bases
+        if not item_kinds or ANY in item_kinds:
+            return frozenset({kind})
+        return frozenset({f"{kind}[{'|'.join(sorted(item_kinds))}]"})
     if (
         first.kind == "name"
         and toks[start + 1].text == "("
@@ -154,6 +211,27 @@ def _brace_kind(toks: Sequence[Token], start: int, end: int) -> str:
         if tok.depth == depth and tok.text == ":":
             return "object"
     return "set"
+
+
+def _collection_items(
+    toks: Sequence[Token], start: int, end: int, values: bool
+) -> list[tuple[int, int]] | None:
+    """The items of the literal toks[start..end] (an object's: its values); None for a comprehension."""
+    depth = toks[start].depth + 1
+    if any(t.text == "|" and t.depth == depth for t in toks[start + 1 : end]):
+        return None
+    items = [(a, b) for a, b in call_arguments(toks, start) if b > a]  # a trailing comma
+    if not values:
+        return items
+    found = []
+    for item_start, item_end in items:
+        colon = next(
+            (j for j in range(item_start, item_end) if toks[j].text == ":" and toks[j].depth == depth), None
+        )
+        if colon is None:
+            return None
+        found.append((colon + 1, item_end))
+    return found
 
 
 def call_arguments(toks: Sequence[Token], paren: int) -> list[tuple[int, int]]:

@@ -116,12 +116,31 @@ def table_text(table: dict[str, Any]) -> str:
 
 
 def _kinds(decl: dict[str, Any]) -> list[str]:
-    if decl.get("type") == "any":
+    """ "string", "array", or "array[number|string]": a collection with the kinds of its
+    items (an object: of its values), one level deep; none given: any items."""
+    kind = decl.get("type", "any")
+    if kind == "any":
         of = decl.get("of")
         if not isinstance(of, list):
             return ["any"]
-        return sorted({kind for item in of for kind in _kinds(item)})
-    return [decl.get("type", "any")]
+        return sorted({k for item in of for k in _kinds(item)})
+    items = _item_kinds(decl)
+    return [f"{kind}[{'|'.join(items)}]" if items else kind]
+
+
+def _item_kinds(decl: dict[str, Any]) -> list[str]:
+    kind = decl["type"]
+    if kind == "array":
+        items = ([decl["dynamic"]] if "dynamic" in decl else []) + list(decl.get("static") or [])
+    elif kind == "set":
+        items = [decl["of"]] if "of" in decl else []
+    elif kind == "object":
+        dynamic = decl.get("dynamic")
+        items = ([dynamic["value"]] if dynamic else []) + [f["value"] for f in decl.get("static") or []]
+    else:
+        return []
+    kinds = {k.split("[", 1)[0] for item in items for k in _kinds(item)}
+    return [] if not kinds or "any" in kinds else sorted(kinds)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,12 @@ TYPE_ERRORS: dict[str, tuple[str, str]] = {
     ),
     "a set minus a string": ('m := {"a"} - "a"', "-"),
     "upper of an array": ('m := upper(["a"])', "upper"),
+    "concat of an array holding a number": ('m := concat(", ", ["a", 1])', "concat"),
+    "a constant rule of the wrong kind": (
+        'table := {"A": 1}\nm := strings.replace_n(table, "ABC")',
+        "strings.replace_n",
+    ),
+    "the builtin contains given a number": ("x if contains(input.s, 1)", "contains"),
 }
 
 VALID: dict[str, str] = {
@@ -114,6 +120,10 @@ VALID: dict[str, str] = {
     "membership with a key": 'e if "k", 1 in {"k": 1}',
     "sprintf with an array": 'm := sprintf("%v and %v", ["a", 1])',
     "count of a comprehension": "c := count({x | some x in input.xs})",
+    "concat of items of unknown kinds": 'm := concat(", ", ["a", input.x, data.y])',
+    "a rule constant on one definition only": (
+        'table := {"A": "a"}\ntable := input.t if input.t\nm := strings.replace_n(table, "ABC")'
+    ),
 }
 
 # `not` over a builtin on a value that may be undefined: true in regopy, undefined in OPA.
@@ -274,3 +284,53 @@ def test_misspelling_any_name_is_refused_exactly_when_opa_refuses(which: str, ch
             disagreements.append((line, name, None, ours[:200]))
     assert disagreements == []
     assert refused_by_opa > len(mutants) // 3  # the corpus is mostly broken policies
+
+
+_LITERAL = re.compile(r'"[^"]*"|(?<![\w.])\d+(?![\w.])|\btrue\b|\{\}|\[\]')
+
+
+def literal_swaps(text: str) -> list[tuple[int, str, str]]:
+    """(line, literal, text with that literal replaced by one of another kind), for each
+    literal outside comments, three times: by a number (a string for a number), a boolean
+    (an array for true) and an object."""
+    lines = text.split("\n")
+    found = []
+    for number, line in enumerate(lines):
+        code = "" if line.lstrip().startswith("#") else line.split("#", 1)[0]
+        for match in _LITERAL.finditer(code):
+            literal = match.group(0)
+            other = '"1"' if literal[0].isdigit() else "1"
+            for replacement in (other, "[1]" if literal == "true" else "true", "{}"):
+                changed = code[: match.start()] + replacement + code[match.end() :]
+                found.append(
+                    (number + 1, literal, "\n".join([*lines[:number], changed, *lines[number + 1 :]]))
+                )
+    return found
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+@pytest.mark.parametrize("which", ["authz.rego", "authz_test.rego"])
+def test_a_literal_of_another_kind_is_refused_when_opa_refuses_it(which: str, chunk: int) -> None:
+    """Every type error OPA finds when one literal of the shipped policy changes kind, the
+    checks find too, except those OPA infers from a rule's value (a field of the decision
+    object: "undefined ref", a comparison of a rule's value: "match error"); and the checks
+    refuse nothing OPA accepts but a `not` whose answer the engines would differ on."""
+    original = next(m for m in SHIPPED.modules if m.path == which)
+    others = [m for m in SHIPPED.modules if m.path != which]
+    mutants = literal_swaps(original.text)[chunk::CHUNKS]
+    disagreements = []
+    refused_by_both = 0
+    for line, literal, text in mutants:
+        modules = [*others, RegoFile(which, text)]
+        opa_errors = compile_errors(modules)
+        ours = refusal(modules)
+        if opa_errors and ours is None:
+            if "undefined ref" in opa_errors[0] or "match error" in opa_errors[0]:
+                continue
+            disagreements.append((line, literal, opa_errors[0][:200], None))
+        elif ours is not None and not opa_errors and "may be undefined" not in ours:
+            disagreements.append((line, literal, None, ours[:200]))
+        refused_by_both += bool(opa_errors and ours)
+    assert disagreements == []
+    if which == "authz.rego":
+        assert refused_by_both > 0
