@@ -137,3 +137,17 @@ def test_policy_test_refuses_a_misspelled_variable(
     code, out = run(capsys, "policy", "test", "--dir", str(policy_dir))
     assert code == 2
     assert "var tenant_nmae is unsafe" in out and "authz.rego:" in out
+
+
+def test_policy_test_on_opa_says_how_to_install_the_bindings_when_they_are_missing() -> None:
+    """A Python where the package cannot be imported (sys.modules entry None: ImportError)."""
+    script = (
+        "import sys; sys.modules['opa_bindings'] = None\n"
+        "from gateway.cli import main\n"
+        f"raise SystemExit(main(['policy', 'test', '--engine', 'opa', '--dir', {str(SHIPPED_POLICIES)!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 2
+    assert "pip install --ignore-requires-python 'opa-golib-python-bindings>=0.4.4'" in done.stdout
