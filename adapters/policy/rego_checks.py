@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from adapters.policy.rego_rules import Rule, rules
 from adapters.policy.rego_safety import Scope, undefined_under_not, unsafe_variables
 from adapters.policy.rego_tokens import Token, tokens
-from adapters.policy.rego_types import Kinds, constant_rule_kinds, type_errors
+from adapters.policy.rego_types import Kinds, rule_kinds, type_errors
 from adapters.policy.source import PolicyLoadError, RegoFile
 
 # Builtins regopy reports as available but evaluates as undefined.
@@ -150,7 +150,7 @@ def check_modules(modules: Iterable[RegoFile], is_builtin: Callable[[str], bool]
         for tok in _sprintf_q(module.file):
             problems.append(f"{module.file.path}:{tok}: sprintf with %q prints a literal %q here; use %v")
         package_rules = [r for f in facts if f.package == module.package for r in f.rules]
-        problems.extend(_variable_problems(module, _scope(module, facts), constant_rule_kinds(package_rules)))
+        problems.extend(_variable_problems(module, _scope(module, facts), rule_kinds(package_rules)))
         problems.extend(_reference_problems(module, defined, is_builtin))
     if problems:
         raise PolicyLoadError("; ".join(problems))
@@ -166,7 +166,7 @@ def _scope(module: ModuleFacts, facts: list[ModuleFacts]) -> Scope:
     )
 
 
-def _variable_problems(module: ModuleFacts, scope: Scope, rule_kinds: Mapping[str, Kinds]) -> list[str]:
+def _variable_problems(module: ModuleFacts, scope: Scope, kinds: Mapping[str, Kinds]) -> list[str]:
     problems = []
     for rule in module.rules:
         for name, line in unsafe_variables(rule, scope):
@@ -174,7 +174,7 @@ def _variable_problems(module: ModuleFacts, scope: Scope, rule_kinds: Mapping[st
                 f"{module.file.path}:{line}: var {name} is unsafe: nothing binds it (a misspelling?); "
                 "OPA refuses this, and the embedded engine would never make the expression true"
             )
-        for what, line in type_errors(rule, lambda name: name in scope.rules, rule_kinds):
+        for what, line in type_errors(rule, lambda name: name in scope.rules, kinds):
             problems.append(
                 f"{module.file.path}:{line}: type error: {what}; OPA refuses this, and the embedded "
                 "engine would never make the expression true"

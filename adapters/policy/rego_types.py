@@ -58,7 +58,7 @@ def type_errors(
     rule: Rule, is_policy_function: Callable[[str], bool], rule_kinds: Mapping[str, Kinds]
 ) -> list[tuple[str, int]]:
     """(what is wrong, line) for each builtin call or operator given the wrong kind of value;
-    `rule_kinds`: the kinds of the package's rules that are constants (constant_rule_kinds)."""
+    `rule_kinds`: the kinds of the package's rules where known (rule_kinds)."""
     types = builtin_types()
     toks = rule.tokens
     # Locals by name, None for one of unknown kind: a local hides a rule of the same name.
@@ -105,28 +105,37 @@ def type_errors(
     return found
 
 
-def constant_rule_kinds(rules: Sequence[Rule]) -> dict[str, Kinds]:
-    """The kinds of the rules every definition of which is a constant (`x := {"A": "a"}`,
-    `default x := null`), by name: a rule's value is known without evaluating it."""
+def rule_kinds(rules: Sequence[Rule]) -> dict[str, Kinds]:
+    """The kinds of the rules whose every definition's value has a known kind, by name:
+    `allow if ...` is a boolean, `deny contains m if ...` a set, `x := "a" if ...` and
+    `default x := null` what the value is (a local variable's kind is not known here)."""
     types = builtin_types()
     found: dict[str, set[str]] = {}
     unknown: set[str] = set()
     for rule in rules:
-        toks = rule.tokens
-        start = 3 if rule.has_default else 2
-        value = toks[start:]
-        constant = (
-            len(toks) > start
-            and toks[start - 1].text in (":=", "=")
-            and not rule.is_function
-            and all(t.kind != "name" or t.text in ("true", "false", "null") for t in value)
-        )
-        kinds = _kinds(toks, start, len(toks), _Names({}, {}), types, lambda _: False) if constant else None
+        kinds = _rule_value_kinds(rule, types)
         if kinds is None:
             unknown.add(rule.name)
         else:
             found.setdefault(rule.name, set()).update(kinds)
     return {name: frozenset(kinds) for name, kinds in found.items() if name not in unknown}
+
+
+def _rule_value_kinds(rule: Rule, types: BuiltinTypes) -> Kinds | None:
+    toks = rule.tokens
+    after = 2 if rule.has_default else 1  # the token after the rule's name
+    if rule.is_function or "." in toks[after - 1].text or any(t.text == "else" for t in toks):
+        return None
+    if len(toks) == after or toks[after].text == "if":
+        return frozenset({"boolean"})
+    if toks[after].text == "contains":
+        return frozenset({"set"})
+    if toks[after].text not in (":=", "="):
+        return None
+    end = next(
+        (j for j in range(after + 1, len(toks)) if toks[j].text == "if" and toks[j].depth == 0), len(toks)
+    )
+    return _kinds(toks, after + 1, end, _Names({}, {}), types, lambda _: False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,8 @@ TYPE_ERRORS: dict[str, tuple[str, str]] = {
         "strings.replace_n",
     ),
     "the builtin contains given a number": ("x if contains(input.s, 1)", "contains"),
+    "count of a boolean rule": ("allow if input.x\nn := count(allow)", "count"),
+    "a rule with a string value in arithmetic": ('name := "a" if input.x\nn := name + 1', "+"),
 }
 
 VALID: dict[str, str] = {
