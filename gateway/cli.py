@@ -222,6 +222,12 @@ def _add_policy_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     policy = commands.add_parser("policy", help="policy tools (the embedded Rego engine)")
     policy_commands = policy.add_subparsers(dest="policy_command", required=True)
     test = policy_commands.add_parser("test", help="run the *_test.rego tests (1 if any fails)")
+    test.add_argument(
+        "--engine",
+        choices=["rego", "opa"],
+        default="rego",
+        help="rego: the embedded engine; opa: OPA's own (needs opa-golib-python-bindings)",
+    )
     evaluate = policy_commands.add_parser("eval", help="print the decision for an input document, and why")
     evaluate.add_argument("--input", required=True, metavar="FILE", help="the input document (JSON)")
     evaluate.add_argument(
@@ -245,7 +251,7 @@ def _policy(args: argparse.Namespace) -> int:
             entrypoint = configured.entrypoint
     directory = directory or "policies"
     if args.policy_command == "test":
-        return policy_test(directory)
+        return policy_test(directory, args.engine)
     return policy_eval(directory, args.entrypoint or entrypoint, args.input)
 
 

@@ -102,9 +102,9 @@ without_private_hosts(rule) := object.union(rule, {"allowed_hosts": [host |
 	not private_host(host)
 ]})
 
-private_host(host) if lower(host) in {"localhost", "localhost.localdomain", "ip6-localhost", "0.0.0.0", "::", "::1", "[::1]"}
+private_host(host) if ascii_lower(host) in {"localhost", "localhost.localdomain", "ip6-localhost", "0.0.0.0", "::", "::1", "[::1]"}
 
-private_host(host) if endswith(lower(host), ".localhost")
+private_host(host) if endswith(ascii_lower(host), ".localhost")
 
 # Dotted-quad literals are matched octet by octet: cheaper in the engine than a prefix scan.
 private_host(host) if {
@@ -125,7 +125,17 @@ private_ipv4(octets) if {
 private_host(host) if {
 	contains(host, ":")
 	some prefix in {"fc", "fd", "fe80:", "::ffff:"}
-	startswith(lower(trim(host, "[]")), prefix)
+	startswith(ascii_lower(trim(host, "[]")), prefix)
+}
+
+# Not `lower`: OPA lowers every letter, the embedded engine only A-Z. Host names are
+# ASCII (an internationalised name travels as punycode), so A-Z is all there is to lower.
+ascii_lower(text) := strings.replace_n(ascii_upper_to_lower, text)
+
+ascii_upper_to_lower := {
+	"A": "a", "B": "b", "C": "c", "D": "d", "E": "e", "F": "f", "G": "g", "H": "h", "I": "i",
+	"J": "j", "K": "k", "L": "l", "M": "m", "N": "n", "O": "o", "P": "p", "Q": "q", "R": "r",
+	"S": "s", "T": "t", "U": "u", "V": "v", "W": "w", "X": "x", "Y": "y", "Z": "z",
 }
 
 # --- where URLs the upstream fetches may point -----------------------------------------
@@ -141,8 +151,13 @@ image_url_rule := object.get(object.get(tenant, "destinations", {}), "image_url"
 
 # --- which upstreams may receive the data --------------------------------------------
 
+# Only an array counts: OPA stops with an error on count(null), regopy does not.
+default offered_upstreams := []
+
+offered_upstreams := input.upstreams if is_array(input.upstreams)
+
 permitted_upstreams := {name |
-	some name in object.get(input, "upstreams", [])
+	some name in offered_upstreams
 	tenant_may_send(name)
 	class_may_send(name)
 }
@@ -151,19 +166,25 @@ tenant_may_send(_) if not tenant.upstreams
 
 tenant_may_send(name) if name in tenant.upstreams
 
-class_may_send(_) if not is_string(input.data_class)
+# Bound with a default: `not is_string(input.data_class)` is true in the embedded engine
+# but undefined in OPA when the field is absent (docs/policies.md, "Writing Rego for both engines").
+default data_class := null
 
-class_may_send(name) if name in data.data_classes[input.data_class].upstreams
+data_class := input.data_class
+
+class_may_send(_) if not is_string(data_class)
+
+class_may_send(name) if name in data.data_classes[data_class].upstreams
 
 deny contains msg if {
-	is_string(input.data_class)
-	not data.data_classes[input.data_class]
-	msg := concat("", ["unknown data class ", input.data_class])
+	is_string(data_class)
+	not data.data_classes[data_class]
+	msg := concat("", ["unknown data class ", data_class])
 }
 
 deny contains msg if {
 	model_allowed
-	count(object.get(input, "upstreams", [])) > 0
+	count(offered_upstreams) > 0
 	count(permitted_upstreams) == 0
 	msg := concat("", ["no upstream serving model ", model_name, " may receive this tenant's data"])
 }

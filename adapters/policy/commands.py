@@ -1,4 +1,5 @@
-"""`tollgate policy test` and `tollgate policy eval`, on the embedded engine the gateway uses."""
+"""`tollgate policy test` and `tollgate policy eval`, on the embedded engine the gateway uses
+(`policy test --engine opa`: the tests on OPA's own engine, see opa_tests)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,18 @@ from pathlib import Path
 import orjson
 
 from adapters.policy.compiled import compile_revision, static_check
+from adapters.policy.opa_tests import run_tests_on_opa
 from adapters.policy.rego_tests import run_rego_tests
 from adapters.policy.source import PolicyLoadError, read_policy_dir
 from gateway.policy.decision import MalformedDecision, parse_decision
 
 
-def policy_test(directory: str) -> int:
+def policy_test(directory: str, engine: str = "rego") -> int:
     """Run the *_test.rego tests: one line per test, then the summary. 0 when all pass."""
     try:
         source = read_policy_dir(directory)
         static_check(source)
-        report = run_rego_tests(source)
+        report = run_tests_on_opa(source) if engine == "opa" else run_rego_tests(source)
     except PolicyLoadError as exc:
         print(f"error: {exc}")
         return 2

@@ -21,7 +21,8 @@ import orjson
 import regopy
 from regopy.rego_shared import rego_get_error
 
-from adapters.policy.rego_checks import check_modules
+from adapters.policy.rego_checks import check_modules, module_facts
+from adapters.policy.rego_rules import Rule
 from adapters.policy.source import PolicyLoadError, PolicySource
 
 _BUNDLE_FILE = "bundle.rbb"
@@ -32,6 +33,7 @@ _ERROR = re.compile(r"\(error \d+:([^|]*)\|(\d+)\|\d+\s*\(errormsg \d+:([^)\n]*)
 class Evaluation:
     value: Any  # None when undefined
     error: str | None = None
+    failed: bool = False  # the evaluation itself failed (a rule conflict): no decision at all
 
 
 @dataclass(eq=False)
@@ -41,6 +43,9 @@ class CompiledRevision:
     cacheable: bool
     uncacheable_calls: tuple[str, ...]
     workdir: str = field(repr=False)  # holds the bundle file; removed with this object
+    # Rules with more than one definition, the only ones that can conflict: also bundle
+    # entrypoints, so that a failed evaluation can name the rule (regopy's error does not).
+    multi_defined: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         weakref.finalize(self, shutil.rmtree, self.workdir, ignore_errors=True)
@@ -66,28 +71,63 @@ class Evaluator:
             interpreter.set_input_term(input_json)
             output = interpreter.query_bundle_entrypoint(self._bundle, self.compiled.entrypoint)
         except regopy.RegoError as exc:
-            return Evaluation(None, f"evaluation failed: {exc}")
+            return Evaluation(None, f"evaluation failed: {exc}", failed=True)
         except ValueError:
             # regopy's own JSON decoding of the result failed (see docs/policies.md, "Traps").
             return Evaluation(None, "the engine produced output that is not JSON")
         if not output.ok():
-            return Evaluation(None, f"evaluation failed: {_syntax_error(rego_get_error(interpreter._impl))}")
+            return Evaluation(None, self._why_failed(), failed=True)
         if not output.results or not output.results[0].expressions:
             return Evaluation(None)
         return Evaluation(output.results[0].expressions[0])
+
+    def _why_failed(self) -> str:
+        """Which rule failed, found by evaluating each rule that could conflict (error path only)."""
+        detail = _syntax_error(rego_get_error(self._interpreter._impl))
+        failing = []
+        for path in self.compiled.multi_defined:
+            try:
+                ok = self._interpreter.query_bundle_entrypoint(self._bundle, path).ok()
+            except (regopy.RegoError, ValueError):
+                ok = False
+            if not ok:
+                failing.append(path.replace("/", "."))
+        if not failing:
+            return f"evaluation failed: {detail}"
+        return (
+            f"evaluation failed: rule {', '.join(failing)} has more than one value for this input "
+            "(its definitions conflict)"
+        )
 
 
 def compile_revision(source: PolicySource, entrypoint: str) -> CompiledRevision:
     """Check and compile the policy modules (not the tests) with the data. Raises PolicyLoadError."""
     uncacheable = static_check(source)
+    multi_defined = multi_defined_rules(source)
     interpreter = regopy.Interpreter()
     add_source(interpreter, source, tests=False)
-    bundle = interpreter.build(None, [entrypoint])
+    bundle = interpreter.build(None, [entrypoint, *(p for p in multi_defined if p != entrypoint)])
     if not bundle.ok():
         raise PolicyLoadError(f"{source.directory}: {_syntax_error(rego_get_error(interpreter._impl))}")
     workdir = tempfile.mkdtemp(prefix="tollgate-policy-")
     interpreter.save_bundle(str(Path(workdir) / _BUNDLE_FILE), bundle, regopy.BundleFormat.Binary)
-    return CompiledRevision(source.revision, entrypoint, not uncacheable, tuple(uncacheable), workdir)
+    return CompiledRevision(
+        source.revision, entrypoint, not uncacheable, tuple(uncacheable), workdir, multi_defined
+    )
+
+
+def multi_defined_rules(source: PolicySource) -> tuple[str, ...]:
+    """Entrypoint paths ("gateway/authz/reasons") of complete rules that more than one
+    statement defines (a `default` aside): a conflict can only come from one of them."""
+    counts: dict[str, int] = {}
+    for module in source.policy_modules:
+        facts = module_facts(module)
+        for rule in facts.rules:
+            if rule.is_function or rule.has_default or _is_partial_set(rule):
+                continue
+            path = f"{facts.package.replace('.', '/')}/{rule.name}"
+            counts[path] = counts.get(path, 0) + 1
+    return tuple(sorted(path for path, count in counts.items() if count > 1))
 
 
 def static_check(source: PolicySource) -> list[str]:
@@ -106,6 +146,11 @@ def add_source(interpreter: regopy.Interpreter, source: PolicySource, *, tests: 
     except regopy.RegoError as exc:
         why = _syntax_error(str(exc))
         raise PolicyLoadError(f"{source.directory}: the data was refused: {why}") from None
+
+
+def _is_partial_set(rule: Rule) -> bool:
+    """`name contains x`: a set's members never conflict (partial objects' values can)."""
+    return len(rule.tokens) > 1 and rule.tokens[1].text == "contains"
 
 
 def _syntax_error(message: str, text: str = "") -> str:

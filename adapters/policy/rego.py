@@ -9,6 +9,7 @@ revision it started with.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -19,7 +20,10 @@ from adapters.policy.compiled import CompiledRevision, Evaluation, Evaluator, co
 from adapters.policy.reload import PolicyReloader, ReloadCounts
 from adapters.policy.source import read_policy_dir
 from gateway.config import PolicyConfig
+from gateway.errors import PolicyUnavailable
 from gateway.ports import EngineResult
+
+logger = logging.getLogger("tollgate.policy")
 
 
 class RegoEngine:
@@ -67,6 +71,14 @@ class RegoEngine:
         payload = orjson.dumps(input_doc).decode()
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(self._pool, self._evaluate_in_thread, compiled, payload)
+        if result.failed:
+            # As OPA answers an evaluation error (a rule conflict): no decision, 503, not a deny.
+            logger.error(
+                "policy evaluation failed", extra={"revision": compiled.revision, "why": result.error}
+            )
+            raise PolicyUnavailable(
+                f"The policy could not be evaluated ({result.error}); the request was refused."
+            )
         return EngineResult(result.value, compiled.revision, None, result.error)
 
     async def aclose(self) -> None:

@@ -8,6 +8,10 @@ regopy accepts some text it then evaluates differently from OPA, silently:
   unknown function makes the result unparsable: every call must name a function defined
   in the policy or a builtin regopy implements.
 - `sprintf("%q", ...)` prints a literal %q.
+- Some builtins give other results than OPA's (`lower` on non-ASCII letters, `time.format`):
+  refused, so that the same files decide the same on both engines.
+- What OPA's compiler refuses, regopy loads and then never fires: unsafe variables and
+  type errors (rego_safety, rego_types), refused here.
 And some builtins make a decision depend on more than its input (time, randomness, the
 network): they are allowed, but turn the decision cache off for that revision.
 
@@ -17,10 +21,13 @@ only sure enough for these checks (docs/policies.md lists them for policy author
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from adapters.policy.rego_rules import Rule, rules
+from adapters.policy.rego_safety import Scope, undefined_under_not, unsafe_variables
+from adapters.policy.rego_tokens import Token, tokens
+from adapters.policy.rego_types import Kinds, rule_kinds, type_errors
 from adapters.policy.source import PolicyLoadError, RegoFile
 
 # Builtins regopy reports as available but evaluates as undefined.
@@ -28,6 +35,16 @@ UNSUPPORTED = frozenset(
     {"time.parse_rfc3339_ns", "json.match_schema", "json.verify_schema", "strings.render_template"}
 )
 UNSUPPORTED_FAMILIES = ("net.", "http.", "graphql.", "rego.metadata.")
+
+# Builtins whose result differs between regopy and OPA (measured), with how.
+ENGINE_DEPENDENT = {
+    "lower": "OPA lowers every letter, the embedded engine only A-Z; for ASCII use "
+    'strings.replace_n({"A": "a", ...}, s)',
+    "upper": "OPA raises every letter, the embedded engine only a-z; for ASCII use "
+    'strings.replace_n({"a": "A", ...}, s)',
+    "time.format": "the engines format fractions of a second differently",
+    "crypto.x509.parse_certificates": "the engines parse certificates into different objects",
+}
 
 # Builtins whose result depends on something other than the input and data.
 UNCACHEABLE = frozenset(
@@ -52,22 +69,6 @@ _VALUE_CONTEXT = frozenset(
     {":=", "=", "==", "!=", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "&", "|", ",", "(", "[", "{", ":"}
     | {"contains", "in", "as", "not", "if", "default"}
 )
-_TOKEN = re.compile(
-    r"""(?P<space>\s+)|(?P<comment>\#[^\n]*)|(?P<string>"(?:[^"\\\n]|\\.)*"|`[^`]*`)
-    |(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
-    |(?P<number>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
-    |(?P<op>:=|==|!=|<=|>=|[{}()\[\],;:=<>+\-*/%&|.!])""",
-    re.VERBOSE,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Token:
-    kind: str  # name, number, string, op
-    text: str
-    line: int
-    depth: int  # nesting of (), [] and {} before this token
-    line_start: bool  # first token on its line
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,33 +78,8 @@ class ModuleFacts:
     imports: dict[str, str]  # alias -> imported path without "data."
     functions: frozenset[str]  # functions this module defines, unqualified
     calls: tuple[tuple[str, int], ...]  # (called name, line)
-
-
-def tokens(text: str) -> list[Token]:
-    found: list[Token] = []
-    depth, line, line_start, position = 0, 1, True, 0
-    while position < len(text):
-        match = _TOKEN.match(text, position)
-        if match is None:
-            raise PolicyLoadError(f"line {line}: unexpected character {text[position]!r}")
-        kind, value = match.lastgroup or "", match.group()
-        position = match.end()
-        if kind in ("space", "comment"):
-            newlines = value.count("\n")
-            line += newlines
-            line_start = line_start or newlines > 0
-            continue
-        if kind == "string":
-            value = '"%q"' if value.startswith('"') and "%q" in value else '""'
-        if value in ")]}":
-            depth = max(depth - 1, 0)
-        found.append(Token(kind, value, line, depth, line_start))
-        if value in "([{" and kind == "op":
-            depth += 1
-        line_start = False
-        if kind == "string":
-            line += match.group().count("\n")
-    return found
+    aliases: frozenset[str]  # every name an import brings in (data and input imports)
+    rules: tuple[Rule, ...]
 
 
 def module_facts(file: RegoFile) -> ModuleFacts:
@@ -112,17 +88,19 @@ def module_facts(file: RegoFile) -> ModuleFacts:
     except PolicyLoadError as exc:
         raise PolicyLoadError(f"{file.path}: {exc}") from None
     _refuse_v0(file, toks)
-    package, imports, functions, calls = "", {}, set(), []
+    package, imports, aliases, functions, calls = "", {}, set(), set(), []
     for index, tok in enumerate(toks):
         following = toks[index + 1] if index + 1 < len(toks) else None
         if tok.text == "package" and following is not None:
             package = following.text
-        elif tok.text == "import" and following is not None and following.text.startswith("data."):
+        elif tok.text == "import" and following is not None and following.text.startswith(("data", "input")):
             alias = following.text.rsplit(".", 1)[-1]
             after = toks[index + 2 : index + 4]
             if len(after) == 2 and after[0].text == "as":
                 alias = after[1].text
-            imports[alias] = following.text[len("data.") :]
+            aliases.add(alias)
+            if following.text.startswith("data."):
+                imports[alias] = following.text[len("data.") :]
         elif tok.kind == "name" and following is not None and following.text == "(":
             if tok.text in _KEYWORDS:
                 continue
@@ -132,7 +110,9 @@ def module_facts(file: RegoFile) -> ModuleFacts:
                 calls.append((tok.text, tok.line))
     if not package:
         raise PolicyLoadError(f"{file.path}: no package declaration")
-    return ModuleFacts(file, package, imports, frozenset(functions), tuple(calls))
+    return ModuleFacts(
+        file, package, imports, frozenset(functions), tuple(calls), frozenset(aliases), tuple(rules(toks))
+    )
 
 
 def check_modules(modules: Iterable[RegoFile], is_builtin: Callable[[str], bool]) -> list[str]:
@@ -160,13 +140,76 @@ def check_modules(modules: Iterable[RegoFile], is_builtin: Callable[[str], bool]
                     f"{where}: calls {name}, which the embedded engine evaluates as undefined "
                     "(use engine: opa for it)"
                 )
+            elif name in ENGINE_DEPENDENT:
+                problems.append(
+                    f"{where}: calls {name}, whose result differs between the embedded engine and OPA: "
+                    f"{ENGINE_DEPENDENT[name]}"
+                )
             elif not is_builtin(name):
                 problems.append(f"{where}: calls {name}, which is neither defined here nor a builtin")
         for tok in _sprintf_q(module.file):
             problems.append(f"{module.file.path}:{tok}: sprintf with %q prints a literal %q here; use %v")
+        package_rules = [r for f in facts if f.package == module.package for r in f.rules]
+        problems.extend(_variable_problems(module, _scope(module, facts), rule_kinds(package_rules)))
+        problems.extend(_reference_problems(module, defined, is_builtin))
     if problems:
         raise PolicyLoadError("; ".join(problems))
     return sorted(uncacheable)
+
+
+def _scope(module: ModuleFacts, facts: list[ModuleFacts]) -> Scope:
+    package_rules = [r for f in facts if f.package == module.package for r in f.rules]
+    return Scope(
+        frozenset(r.name for r in package_rules),
+        frozenset(r.name for r in package_rules if r.has_default or r.always_defined),
+        module.aliases,
+    )
+
+
+def _variable_problems(module: ModuleFacts, scope: Scope, kinds: Mapping[str, Kinds]) -> list[str]:
+    problems = []
+    for rule in module.rules:
+        for name, line in unsafe_variables(rule, scope):
+            problems.append(
+                f"{module.file.path}:{line}: var {name} is unsafe: nothing binds it (a misspelling?); "
+                "OPA refuses this, and the embedded engine would never make the expression true"
+            )
+        for what, line in type_errors(rule, lambda name: name in scope.rules, kinds):
+            problems.append(
+                f"{module.file.path}:{line}: type error: {what}; OPA refuses this, and the embedded "
+                "engine would never make the expression true"
+            )
+        for ref, line in undefined_under_not(rule, scope):
+            problems.append(
+                f"{module.file.path}:{line}: `not` over a builtin whose argument {ref} may be undefined: "
+                "OPA's answer is then undefined where the embedded engine's is true; give the value "
+                'a default first (`default x := null`, or object.get(input, "field", null))'
+            )
+    return problems
+
+
+def _reference_problems(
+    module: ModuleFacts, defined: set[str], is_builtin: Callable[[str], bool]
+) -> list[str]:
+    """Import paths and `with` targets OPA refuses (regopy ignores a `with` on nothing)."""
+    problems = []
+    toks = tokens(module.file.text)
+    for index, tok in enumerate(toks[:-1]):
+        target = toks[index + 1]
+        head = target.text.split(".", 1)[0]
+        where = f"{module.file.path}:{tok.line}"
+        if tok.text == "import" and tok.kind == "name" and head not in ("data", "input", "future", "rego"):
+            problems.append(f"{where}: an import path begins with data, input, future or rego, not {head}")
+        elif tok.text == "with" and tok.kind == "name" and head not in ("data", "input"):
+            resolved = _resolve(target.text, module)
+            if (resolved is None and not is_builtin(target.text)) or (
+                resolved is not None and resolved not in defined
+            ):
+                problems.append(
+                    f"{where}: `with {target.text}` replaces nothing: its target must be input, data "
+                    "or a function"
+                )
+    return problems
 
 
 def _resolve(name: str, module: ModuleFacts) -> str | None:
@@ -198,11 +241,12 @@ def _refuse_v0(file: RegoFile, toks: list[Token]) -> None:
         if tok.text == "every":
             every_pending = True
         elif tok.text == "{" and tok.kind == "op":
+            previous = toks[index - 1] if index else None
+            if previous is None or previous.text in _VALUE_CONTEXT:
+                continue  # a value: an object, a set, `every`'s domain
             if every_pending:
                 every_pending = False
-                continue
-            previous = toks[index - 1] if index else None
-            if previous is not None and previous.text not in _VALUE_CONTEXT:
+            else:
                 raise PolicyLoadError(
                     f"{file.path}:{tok.line}: a rule body without `if` is Rego v0 syntax; "
                     "write Rego v1 (`rule if { ... }`, `set contains x if { ... }`)"

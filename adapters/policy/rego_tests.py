@@ -13,7 +13,8 @@ import regopy
 from regopy.rego_shared import rego_get_error
 
 from adapters.policy.compiled import add_source
-from adapters.policy.rego_checks import module_facts, tokens
+from adapters.policy.rego_checks import module_facts
+from adapters.policy.rego_tokens import tokens
 from adapters.policy.source import PolicySource
 
 # What regopy says when a test uses `with input as {...}` on a rule that calls a builtin.
@@ -54,7 +55,7 @@ def run_rego_tests(source: PolicySource) -> TestReport:
     tests_by_package: dict[str, list[tuple[str, str]]] = {}
     for module in source.test_modules:
         facts = module_facts(module)
-        names = _test_names(module.text)
+        names = rego_test_names(module.text)
         tests_by_package.setdefault(facts.package, []).extend((name, module.path) for name in names)
     if not tests_by_package:
         return TestReport((), ())
@@ -87,7 +88,7 @@ def _evaluate_package(interpreter: regopy.Interpreter, package: str) -> tuple[di
     return (value, None) if isinstance(value, dict) else ({}, None)
 
 
-def _test_names(text: str) -> list[str]:
+def rego_test_names(text: str) -> list[str]:
     names: dict[str, None] = {}
     for tok in tokens(text):
         if tok.kind == "name" and tok.depth == 0 and tok.line_start and tok.text.startswith("test_"):

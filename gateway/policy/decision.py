@@ -103,7 +103,9 @@ def parse_decision(value: Any) -> Decision:
         raise MalformedDecision("allow must be a boolean")
     return Decision(
         allow=allow,
-        reasons=tuple(_strings(value.get("reasons", []), "reasons")),
+        # Sorted here, by code point: the engines order strings (and iterate sets) differently,
+        # and the same policy must give the same message from either.
+        reasons=tuple(sorted(_strings(value.get("reasons", []), "reasons"))),
         tools=_tools(value.get("tools", {})),
         tool_args=_tool_args(value.get("tool_args", {})),
         destinations=_destinations(value.get("destinations", {})),

@@ -106,3 +106,48 @@ def test_serve_stops_at_a_policy_whose_tests_fail(tmp_path: Path, policy_dir: Pa
     assert done.returncode == 2
     assert "the policy is refused: the policy's tests fail" in done.stderr
     assert "test_that_fails" in done.stderr
+
+
+def test_policy_test_runs_the_tests_on_opas_engine(
+    capsys: pytest.CaptureFixture[str], policy_dir: Path
+) -> None:
+    code, out = run(capsys, "policy", "test", "--engine", "opa", "--dir", str(policy_dir))
+    assert code == 0
+    assert "PASS  gateway.authz_test.test_an_unknown_tenant_is_denied  (authz_test.rego)" in out
+    # A test that leans on the embedded engine's set order passes there and fails on OPA.
+    (policy_dir / "order_test.rego").write_text(
+        'package gateway.order_test\n\ntest_set_order if concat(",", {"b", "a"}) == "b,a"\n'
+    )
+    code, out = run(capsys, "policy", "test", "--dir", str(policy_dir))
+    assert code == 0 and "PASS  gateway.order_test.test_set_order" in out
+    code, out = run(capsys, "policy", "test", "--engine", "opa", "--dir", str(policy_dir))
+    assert code == 1 and "FAIL  gateway.order_test.test_set_order  (order_test.rego)" in out
+    assert out.rstrip().endswith(" passed, 1 failed")
+
+
+def test_policy_test_refuses_a_misspelled_variable(
+    capsys: pytest.CaptureFixture[str], policy_dir: Path
+) -> None:
+    """The embedded engine alone would load it, pass every test, and never fire the rule."""
+    (policy_dir / "authz.rego").write_text(
+        (policy_dir / "authz.rego").read_text()
+        + "\ndeny contains msg if {\n\tinput.stream\n"
+        + '\tmsg := concat(" ", ["no streams for", tenant_nmae])\n}\n'
+    )
+    code, out = run(capsys, "policy", "test", "--dir", str(policy_dir))
+    assert code == 2
+    assert "var tenant_nmae is unsafe" in out and "authz.rego:" in out
+
+
+def test_policy_test_on_opa_says_how_to_install_the_bindings_when_they_are_missing() -> None:
+    """A Python where the package cannot be imported (sys.modules entry None: ImportError)."""
+    script = (
+        "import sys; sys.modules['opa_bindings'] = None\n"
+        "from gateway.cli import main\n"
+        f"raise SystemExit(main(['policy', 'test', '--engine', 'opa', '--dir', {str(SHIPPED_POLICIES)!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 2
+    assert "pip install --ignore-requires-python 'opa-golib-python-bindings>=0.4.4'" in done.stdout

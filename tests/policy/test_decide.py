@@ -239,3 +239,19 @@ async def test_a_minted_decision_id_is_verbatim_whatever_its_digits(rego_engine:
     assert isinstance(ex.decision_id, Verbatim) and len(ex.decision_id) == 32
     card_like = Verbatim("c9fed51bc05a4969242448027da63f2a")  # digits that pass the card check
     assert scrub_record({"decision_id": card_like}) == {"decision_id": "c9fed51bc05a4969242448027da63f2a"}
+
+
+async def test_deny_reasons_are_given_in_one_canonical_order(tmp_path: Path) -> None:
+    """Whatever order a policy lists its reasons in (the engines order strings and iterate
+    sets differently), the refusal lists them by code point."""
+    (tmp_path / "authz.rego").write_text(
+        "package gateway.authz\n\n"
+        'decision := {"allow": false, "reasons": ["tenant z", "model a", "éclair", "Zebra"]}\n'
+    )
+    engine = RegoEngine(compile_revision(read_policy_dir(tmp_path), ENTRYPOINT), policy_config())
+    try:
+        with pytest.raises(PermissionDenied) as caught:
+            await decide(engine)(exchange())
+    finally:
+        await engine.aclose()
+    assert caught.value.message == "Denied by policy: Zebra; model a; tenant z; éclair."
