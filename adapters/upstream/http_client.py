@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -52,7 +53,9 @@ class HttpClient:
         timeout = aiohttp.ClientTimeout(total=None, connect=self._connect_timeout)
         with self._translated(head_s):
             async with asyncio.timeout(head_s):
-                response = await self._session.post(url, data=body, headers=headers, timeout=timeout)
+                response = await self._session.post(
+                    url, data=_payload(body), headers=headers, timeout=timeout
+                )
         try:
             left = max(read_by - time.monotonic(), 0.001)
             with self._translated(left):
@@ -94,7 +97,9 @@ class HttpClient:
         )
         with self._translated(head_s):
             async with asyncio.timeout(head_s):
-                response = await self._session.post(url, data=body, headers=headers, timeout=timeout)
+                response = await self._session.post(
+                    url, data=_payload(body), headers=headers, timeout=timeout
+                )
         stream = StreamResponse(response, self, between_chunks_timeout, first_by)
         stream.set_read_timeout(max(first_by - time.monotonic(), 0.001))
         return stream
@@ -175,3 +180,13 @@ class StreamResponse:
 
 def _lower(headers: Any) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items()}
+
+
+# aiohttp writes a bytes body in one piece, and warns past 1 MiB that this may hold the event
+# loop; a file-like body is written in chunks. Bodies reach the gateway's 4 MiB limit (long
+# histories, images as data URLs).
+_ONE_PIECE_MAX = 1024 * 1024
+
+
+def _payload(body: bytes) -> bytes | io.BytesIO:
+    return io.BytesIO(body) if len(body) > _ONE_PIECE_MAX else body

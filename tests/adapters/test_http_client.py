@@ -48,3 +48,50 @@ async def test_a_cookie_an_upstream_sets_is_never_sent_back(
     finally:
         await client.aclose()
     assert received == [None, None, None]
+
+
+@pytest.fixture
+async def echoing_upstream() -> AsyncIterator[tuple[str, list[bytes]]]:
+    """A server that keeps every body it receives, whatever its size, and answers 200."""
+    received: list[bytes] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        received.append(await request.read())
+        if request.query.get("stream"):
+            response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+            await response.prepare(request)
+            await response.write(b'data: {"ok": true}\n\ndata: [DONE]\n\n')
+            return response
+        return web.json_response({"ok": True})
+
+    app = web.Application(client_max_size=8 * 1024 * 1024)
+    app.router.add_post("/v1/chat/completions", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1/chat/completions", received
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("size", [10, 1024 * 1024 + 1, 4 * 1024 * 1024])
+async def test_bodies_up_to_the_gateways_limit_are_sent_whole_without_warnings(
+    echoing_upstream: tuple[str, list[bytes]], size: int
+) -> None:
+    url, received = echoing_upstream
+    body = b'{"messages": "' + b"x" * size + b'"}'
+    client = HttpClient("large", max_connections=4, connect_timeout=2.0)
+    try:
+        response = await client.post(url, body, {"content-type": "application/json"}, 30.0)
+        assert response.status == 200
+        stream = await client.open_stream(
+            url + "?stream=1", body, {"content-type": "application/json"}, 30.0, 30.0
+        )
+        assert [line async for line in stream.lines() if line.strip()][-1].strip() == b"data: [DONE]"
+        stream.close()
+    finally:
+        await client.aclose()
+    assert received == [body, body]  # warnings are errors here: aiohttp's large-body warning would fail this
