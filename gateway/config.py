@@ -323,6 +323,9 @@ class PolicyConfig(_Strict):
     timeout_ms: int = Field(1000, ge=1)  # longest wait for a decision, whichever the engine
     reload_interval_s: float = Field(1.0, gt=0)  # rego: how often policy.dir is checked for edits
     eval_threads: int = Field(2, ge=1, le=64)  # rego: evaluations run in this many threads
+    # rego: threads left finishing an evaluation that timed out, beyond eval_threads (docs/policies.md)
+    eval_abandoned_max: int = Field(4, ge=0, le=256)
+    eval_queue_max: int = Field(256, ge=1)  # rego: evaluations waiting for a thread; past it, 503 at once
 
     @model_validator(mode="after")
     def _opa_target(self) -> PolicyConfig:

@@ -1,21 +1,22 @@
 """The embedded policy engine: the policy directory evaluated in process by regopy.
 
-Evaluations run off the event loop, in a small thread pool with one interpreter per
-thread (regopy releases the GIL while it evaluates). The serving revision is one
-immutable object swapped whole on reload, so an evaluation in flight finishes on the
-revision it started with.
+Evaluations run off the event loop, in a small pool of threads with one interpreter per
+thread (regopy releases the GIL while it evaluates); an evaluation that outlives the
+policy timeout gives its thread up to a fresh one (adapters.policy.eval_pool). The serving
+revision is one immutable object swapped whole on reload, so an evaluation in flight
+finishes on the revision it started with.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
 
 from adapters.policy.compiled import CompiledRevision, Evaluation, Evaluator, compile_revision
+from adapters.policy.eval_pool import EvaluationPool, EvaluationQueueStats
 from adapters.policy.reload import PolicyReloader, ReloadCounts
 from adapters.policy.source import read_policy_dir
 from gateway.config import PolicyConfig
@@ -27,7 +28,12 @@ class RegoEngine:
 
     def __init__(self, compiled: CompiledRevision, config: PolicyConfig) -> None:
         self._compiled = compiled
-        self._pool = ThreadPoolExecutor(max_workers=config.eval_threads, thread_name_prefix="tollgate-rego")
+        self._pool = EvaluationPool(
+            config.eval_threads,
+            max_abandoned=config.eval_abandoned_max,
+            max_waiting=config.eval_queue_max,
+            name="tollgate-rego",
+        )
         self._thread_state = threading.local()
         self._reloader = PolicyReloader(
             config.dir, config.entrypoint, lambda: self._compiled, self._swap, config.reload_interval_s
@@ -65,15 +71,17 @@ class RegoEngine:
     async def evaluate(self, input_doc: dict[str, Any]) -> EngineResult:
         compiled = self._compiled
         payload = orjson.dumps(input_doc).decode()
-        loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self._pool, self._evaluate_in_thread, compiled, payload)
+        result = await self._pool.run(lambda: self._evaluate_in_thread(compiled, payload))
         return EngineResult(result.value, compiled.revision, None, result.error)
 
     async def aclose(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
             await asyncio.gather(self._watcher, return_exceptions=True)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.close()
+
+    def queue_stats(self) -> EvaluationQueueStats:
+        return self._pool.stats()
 
     def _swap(self, compiled: CompiledRevision) -> None:
         self._compiled = compiled
