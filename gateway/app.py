@@ -177,6 +177,7 @@ def build_services(
             admin_spend=metering.admin.spend if metering and metering.admin else None,
             tracer=telemetry.tracer,
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
+            policy_readiness=(engine.name, engine.readiness) if engine is not None else None,
         )
 
     return build

@@ -30,6 +30,7 @@ from gateway.errors import (
 from gateway.exchange import Endpoint, Exchange, Principal
 from gateway.logs import flush_logs
 from gateway.pipeline import Pipeline
+from gateway.ports import EngineReadiness
 from gateway.request_ids import request_id_from
 from gateway.tracing import CORRELATION, NO_TRACER, Correlation, Tracer
 
@@ -46,6 +47,7 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
+_READINESS_TIMEOUT_S = 2.0
 _MODEL_PATHS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/embeddings": Endpoint.EMBEDDINGS}
 
 
@@ -69,6 +71,8 @@ class Services:
     tracer: Tracer = NO_TRACER
     # GET /metrics: (accept header) -> (page, content type); None: no metrics endpoint
     metrics: Callable[[str], Awaitable[tuple[bytes, str]]] | None = None
+    # GET /readyz: whether the policy engine can answer (name, readiness); None: no policy
+    policy_readiness: tuple[str, Callable[[], Awaitable[EngineReadiness]]] | None = None
 
 
 class GatewayASGI:
@@ -149,9 +153,14 @@ class GatewayASGI:
         if self._draining:
             await _send_json(send, 503, b'{"status":"draining"}', request_id)
             return
-        health = await services.upstream_health()
-        body = {"status": "ready", "upstreams": {name: "up" if ok else "down" for name, ok in health.items()}}
-        await _send_json(send, 200, orjson.dumps(body), request_id)
+        health, policy = await asyncio.gather(services.upstream_health(), _policy_readiness(services))
+        body: dict[str, Any] = {"status": "ready"}
+        if policy is not None:
+            body["policy"] = policy
+            if not policy["ready"]:
+                body["status"] = "not_ready"  # every request would be refused: take no traffic
+        body["upstreams"] = {name: "up" if ok else "down" for name, ok in health.items()}
+        await _send_json(send, 200 if body["status"] == "ready" else 503, orjson.dumps(body), request_id)
 
     async def _model_call(
         self,
@@ -291,6 +300,18 @@ def _timeout(headers: dict[str, str], configured: float) -> float:
     except ValueError:
         return configured
     return min(asked, configured) if asked > 0 else configured
+
+
+async def _policy_readiness(services: Services) -> dict[str, Any] | None:
+    if services.policy_readiness is None:
+        return None
+    engine, readiness = services.policy_readiness
+    try:
+        async with asyncio.timeout(_READINESS_TIMEOUT_S):
+            answer = await readiness()
+    except TimeoutError:
+        answer = EngineReadiness(False, "the policy engine did not say whether it is ready in time")
+    return {"engine": engine, "ready": answer.ready, "detail": answer.detail}
 
 
 def _headers(scope: Scope) -> dict[str, str]:

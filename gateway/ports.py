@@ -131,6 +131,14 @@ class EngineResult:
     error: str | None = None  # why there is no value (an evaluation error), for the log
 
 
+@dataclass(frozen=True, slots=True)
+class EngineReadiness:
+    """Whether a policy engine can answer now, for /readyz; `detail` says why (or what serves)."""
+
+    ready: bool
+    detail: str
+
+
 class PolicyEngine(Protocol):
     """Evaluates the policy for an input document (docs/policies.md).
 
@@ -138,6 +146,7 @@ class PolicyEngine(Protocol):
     slow); a policy that answers with something that is not a decision is the caller's to
     deny. `revision` names the policy now serving; `cacheable` says whether the same input
     always gets the same decision from it (no time, randomness or network in the policy).
+    `readiness` answers within about a second, without evaluating the policy.
     """
 
     name: str  # "rego" or "opa", for logs and the decision record
@@ -149,6 +158,8 @@ class PolicyEngine(Protocol):
     def cacheable(self) -> bool: ...
 
     async def evaluate(self, input_doc: dict[str, Any]) -> EngineResult: ...
+
+    async def readiness(self) -> EngineReadiness: ...
 
     async def aclose(self) -> None: ...
 

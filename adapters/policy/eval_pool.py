@@ -109,6 +109,11 @@ class EvaluationPool:
             self._refused,
         )
 
+    @property
+    def stuck(self) -> bool:
+        """No thread can take an evaluation, nor can one be added, until an abandoned one finishes."""
+        return self._live == 0 and not self._spawn_allowed()
+
     async def run(self, call: Callable[[], T]) -> T:
         """`call` in one of the pool's threads. Cancelling the caller abandons that thread."""
         if self._closed:
@@ -179,8 +184,11 @@ class EvaluationPool:
             return self._idle.pop()
         return self._spawn()
 
+    def _spawn_allowed(self) -> bool:
+        return self._live < self._size and self._live + self._abandoned < self._size + self._max_abandoned
+
     def _spawn(self) -> _Worker | None:
-        if self._live >= self._size or self._live + self._abandoned >= self._size + self._max_abandoned:
+        if not self._spawn_allowed():
             return None
         self._live += 1
         return _Worker(self, f"{self._name}-{next(self._numbers)}")

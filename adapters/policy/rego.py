@@ -20,7 +20,7 @@ from adapters.policy.eval_pool import EvaluationPool, EvaluationQueueStats
 from adapters.policy.reload import PolicyReloader, ReloadCounts
 from adapters.policy.source import read_policy_dir
 from gateway.config import PolicyConfig
-from gateway.ports import EngineResult
+from gateway.ports import EngineReadiness, EngineResult
 
 
 class RegoEngine:
@@ -73,6 +73,13 @@ class RegoEngine:
         payload = orjson.dumps(input_doc).decode()
         result = await self._pool.run(lambda: self._evaluate_in_thread(compiled, payload))
         return EngineResult(result.value, compiled.revision, None, result.error)
+
+    async def readiness(self) -> EngineReadiness:
+        if self._pool.stuck:
+            return EngineReadiness(
+                False, "every policy evaluation thread is busy with an evaluation that outlived the timeout"
+            )
+        return EngineReadiness(True, f"the embedded policy is loaded (revision {self._compiled.revision})")
 
     async def aclose(self) -> None:
         if self._watcher is not None:
