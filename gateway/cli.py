@@ -239,6 +239,8 @@ def _check_policy(config: GatewayConfig) -> None:
     import asyncio
 
     from adapters.policy.check import check_in_child
+    from adapters.policy.reload import publish_checked
+    from adapters.policy.shared_revisions import SharedRevisions
     from adapters.policy.source import PolicyLoadError, read_policy_dir
 
     try:
@@ -248,6 +250,8 @@ def _check_policy(config: GatewayConfig) -> None:
     report = asyncio.run(check_in_child(source, config.policy.entrypoint))
     if not report.ok:
         raise ConfigError(f"policy: {config.policy.dir}: the policy is refused: {report.error}")
+    # Checked once here: the workers load what is announced rather than each compile it.
+    publish_checked(SharedRevisions.for_config(config.policy), source, report, config.policy.entrypoint)
 
 
 def _append_key_entry(path: Path, entry: str) -> None:

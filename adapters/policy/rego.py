@@ -18,7 +18,8 @@ import orjson
 from adapters.policy.compiled import CompiledRevision, Evaluation, Evaluator, compile_revision
 from adapters.policy.eval_pool import EvaluationPool, EvaluationQueueStats
 from adapters.policy.reload import PolicyReloader, ReloadCounts
-from adapters.policy.source import read_policy_dir
+from adapters.policy.shared_revisions import SharedRevisions
+from adapters.policy.source import PolicySource, read_policy_dir
 from gateway.config import PolicyConfig
 from gateway.ports import EngineReadiness, EngineResult
 
@@ -26,7 +27,9 @@ from gateway.ports import EngineReadiness, EngineResult
 class RegoEngine:
     name = "rego"
 
-    def __init__(self, compiled: CompiledRevision, config: PolicyConfig) -> None:
+    def __init__(
+        self, compiled: CompiledRevision, config: PolicyConfig, shared: SharedRevisions | None = None
+    ) -> None:
         self._compiled = compiled
         self._pool = EvaluationPool(
             config.eval_threads,
@@ -36,23 +39,34 @@ class RegoEngine:
         )
         self._thread_state = threading.local()
         self._reloader = PolicyReloader(
-            config.dir, config.entrypoint, lambda: self._compiled, self._swap, config.reload_interval_s
+            config.dir,
+            config.entrypoint,
+            shared or SharedRevisions.for_config(config),
+            lambda: self._compiled,
+            self._swap,
+            config.reload_interval_s,
         )
         self._watcher: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, config: PolicyConfig) -> RegoEngine:
-        """Load and compile the policy directory, then watch it for edits.
+        """Load the policy, then watch its directory for edits.
 
-        The policy's tests are not run here: `tollgate serve` runs them once, in a child
-        process, before it starts any worker (each worker would otherwise spend seconds on
-        them), and every later edit is checked in full before it is served. Raises
+        The revision announced to this machine's workers is loaded, not compiled, when the
+        directory holds it (`tollgate serve` checks and announces it before it starts any
+        worker) or holds an edit already refused (a restarted worker joins the others).
+        Otherwise the directory is compiled as it is, and when another revision is announced
+        the watcher's first look settles which one the machine serves. Raises
         PolicyLoadError when the directory is missing or its policy does not compile.
         """
+        shared = await asyncio.to_thread(SharedRevisions.for_config, config)
         source = await asyncio.to_thread(read_policy_dir, config.dir)
-        compiled = await asyncio.to_thread(compile_revision, source, config.entrypoint)
-        engine = cls(compiled, config)
-        await engine._reloader.prime()
+        compiled = await asyncio.to_thread(_announced_revision, shared, source)
+        if compiled is None:
+            compiled = await asyncio.to_thread(compile_revision, source, config.entrypoint)
+        engine = cls(compiled, config, shared)
+        if compiled.revision == source.revision and shared.announced() in (None, source.revision):
+            await engine._reloader.prime()
         engine._watcher = asyncio.create_task(engine._reloader.run(), name="tollgate-policy-reload")
         return engine
 
@@ -99,3 +113,16 @@ class RegoEngine:
             evaluator = compiled.evaluator()
             self._thread_state.evaluator = evaluator
         return evaluator.evaluate(payload)
+
+
+def _announced_revision(shared: SharedRevisions, source: PolicySource) -> CompiledRevision | None:
+    """The announced revision, when the directory holds it or an edit already refused."""
+    announced = shared.announced()
+    verdict = shared.verdict(announced) if announced is not None else None
+    if verdict is None or not verdict.ok:
+        return None
+    if announced != source.revision:
+        own = shared.verdict(source.revision)
+        if own is None or own.ok:
+            return None
+    return shared.load(verdict)
