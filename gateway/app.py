@@ -144,6 +144,7 @@ def build_services(
             store=metering.store if metering is not None else None,
             audit=audit,
             metrics_dir=metrics_dir_from_env(),
+            policy_queue=engine.evaluation_queue() if engine is not None else None,
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
         pipeline = Pipeline(stages, forwarder, guards, finishers)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -139,6 +139,28 @@ class EngineReadiness:
     detail: str
 
 
+@dataclass(frozen=True, slots=True)
+class EvaluationQueueStats:
+    """An evaluation queue now, for metrics and readiness."""
+
+    threads: int  # the configured number of evaluation threads
+    running: int  # evaluations running in a live (not abandoned) thread
+    waiting: int  # evaluations waiting for a thread
+    abandoned: int  # threads still running an evaluation whose caller gave up
+    started: int  # running total: evaluations that got a thread
+    refused: int  # running total: evaluations refused because the queue was full
+
+
+class EvaluationQueue(Protocol):
+    """An engine's own queue of evaluations waiting for a thread (the embedded engine's)."""
+
+    def stats(self) -> EvaluationQueueStats: ...
+
+    def observe_waits(self, observe: Callable[[float], None]) -> None:
+        """`observe(seconds)` for each evaluation's wait for a thread, given up on or not."""
+        ...
+
+
 class PolicyEngine(Protocol):
     """Evaluates the policy for an input document (docs/policies.md).
 
@@ -160,6 +182,10 @@ class PolicyEngine(Protocol):
     async def evaluate(self, input_doc: dict[str, Any]) -> EngineResult: ...
 
     async def readiness(self) -> EngineReadiness: ...
+
+    def evaluation_queue(self) -> EvaluationQueue | None:
+        """The queue to measure, when the engine has one of its own."""
+        ...
 
     async def aclose(self) -> None: ...
 

@@ -10,7 +10,9 @@ thus costs one thread's CPU while it lasts, never the other requests' turn. At m
 finishes can pin.
 
 Admission control: when `max_waiting` evaluations already wait for a thread, the next is
-refused at once (PolicyUnavailable) rather than left to time out in the queue.
+refused at once (PolicyUnavailable) rather than left to time out in the queue. Each wait
+for a thread, whether it got one or its caller gave up, is reported to the observer
+(metrics: the queue's wait-time histogram).
 
 Every bookkeeping step runs on the event loop; the threads only run the evaluation and
 hand the outcome back with `call_soon_threadsafe`.
@@ -29,21 +31,9 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from gateway.errors import PolicyUnavailable
+from gateway.ports import EvaluationQueueStats
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class EvaluationQueueStats:
-    """A snapshot for metrics and readiness; `waited_s` and `started` are running totals."""
-
-    threads: int  # the configured number of evaluation threads
-    running: int  # evaluations running in a live (not abandoned) thread
-    waiting: int  # evaluations waiting for a thread
-    abandoned: int  # threads still running an evaluation whose caller gave up
-    started: int  # evaluations that got a thread
-    waited_s: float  # their time spent waiting for it, summed
-    refused: int  # evaluations refused because the queue was full
 
 
 @dataclass(slots=True)
@@ -88,8 +78,8 @@ class EvaluationPool:
         self._running = 0
         self._abandoned = 0
         self._started = 0
-        self._waited_s = 0.0
         self._refused = 0
+        self._observe_wait: Callable[[float], None] | None = None
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -105,9 +95,11 @@ class EvaluationPool:
             len(self._waiters),
             self._abandoned,
             self._started,
-            self._waited_s,
             self._refused,
         )
+
+    def observe_waits(self, observe: Callable[[float], None]) -> None:
+        self._observe_wait = observe
 
     @property
     def stuck(self) -> bool:
@@ -119,12 +111,12 @@ class EvaluationPool:
         if self._closed:
             raise PolicyUnavailable("The policy engine is shutting down; the request was refused.")
         self._loop = asyncio.get_running_loop()
-        queued_at = time.perf_counter()
         worker = self._take()
         if worker is None:
             worker = await self._wait_for_worker()
+        elif self._observe_wait is not None:
+            self._observe_wait(0.0)
         self._started += 1
-        self._waited_s += time.perf_counter() - queued_at
         self._running += 1
         job: _Job[T] = _Job(call, self.loop.create_future())
         worker.jobs.put(job)
@@ -170,6 +162,7 @@ class EvaluationPool:
             )
         waiter: asyncio.Future[_Worker] = self.loop.create_future()
         self._waiters.append(waiter)
+        queued_at = time.perf_counter()
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -178,6 +171,9 @@ class EvaluationPool:
             else:
                 self._waiters.remove(waiter)
             raise
+        finally:
+            if self._observe_wait is not None:
+                self._observe_wait(time.perf_counter() - queued_at)
 
     def _take(self) -> _Worker | None:
         if self._idle:

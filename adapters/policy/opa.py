@@ -19,7 +19,7 @@ import orjson
 from adapters.upstream.http_client import HttpClient
 from gateway.config import PolicyConfig
 from gateway.errors import PolicyUnavailable, UpstreamError
-from gateway.ports import EngineReadiness, EngineResult
+from gateway.ports import EngineReadiness, EngineResult, EvaluationQueue
 
 logger = logging.getLogger("tollgate.policy")
 
@@ -100,6 +100,9 @@ class OpaEngine:
             why = f"the policy engine (OPA) is not healthy (status {response.status})"
             return EngineReadiness(False, why)
         return EngineReadiness(True, "the policy engine (OPA) is healthy")
+
+    def evaluation_queue(self) -> EvaluationQueue | None:
+        return None  # requests wait in the HTTP client's connection pool, bounded by policy.opa
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -16,12 +16,12 @@ from typing import Any
 import orjson
 
 from adapters.policy.compiled import CompiledRevision, Evaluation, Evaluator, compile_revision
-from adapters.policy.eval_pool import EvaluationPool, EvaluationQueueStats
+from adapters.policy.eval_pool import EvaluationPool
 from adapters.policy.reload import PolicyReloader, ReloadCounts
 from adapters.policy.shared_revisions import SharedRevisions
 from adapters.policy.source import PolicySource, read_policy_dir
 from gateway.config import PolicyConfig
-from gateway.ports import EngineReadiness, EngineResult
+from gateway.ports import EngineReadiness, EngineResult, EvaluationQueue, EvaluationQueueStats
 
 
 class RegoEngine:
@@ -103,6 +103,9 @@ class RegoEngine:
 
     def queue_stats(self) -> EvaluationQueueStats:
         return self._pool.stats()
+
+    def evaluation_queue(self) -> EvaluationQueue:
+        return self._pool
 
     def _swap(self, compiled: CompiledRevision) -> None:
         self._compiled = compiled

@@ -69,6 +69,8 @@ async def test_an_abandoned_thread_that_finishes_is_taken_back_or_retired(pool: 
 
 async def test_past_the_abandoned_limit_no_thread_is_added(pool: EvaluationPool) -> None:
     release = threading.Event()
+    waits: list[float] = []
+    pool.observe_waits(waits.append)
     try:
         for _ in range(2):  # the thread, then its one allowed replacement, both stuck
             with pytest.raises(TimeoutError):
@@ -79,6 +81,7 @@ async def test_past_the_abandoned_limit_no_thread_is_added(pool: EvaluationPool)
             async with asyncio.timeout(0.2):
                 await pool.run(lambda: "never")
         assert pool.stats().waiting == 0  # the caller that gave up left the queue
+        assert len(waits) == 3 and waits[2] > 0  # its wait is measured too
         release.set()
         async with asyncio.timeout(GENEROUS_S):  # a finished abandoned thread is taken back
             assert await pool.run(lambda: "answered") == "answered"

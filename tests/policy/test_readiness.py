@@ -78,3 +78,19 @@ async def test_the_embedded_engine_is_not_ready_while_every_thread_is_stuck(tmp_
         assert "outlived the timeout" in readiness.detail
     finally:
         await engine.aclose()
+
+
+def test_the_evaluation_queue_is_measured(upstream_sim: RunningSimulator, tmp_path: Path) -> None:
+    policy = {"dir": str(write_policy_dir(tmp_path / "policies"))}
+    with running_gateway(policy_gateway_config(upstream_sim, policy)) as gateway:
+        headers = {"authorization": f"Bearer {TEST_KEY}"}
+        response = httpx.post(
+            gateway.url + "/v1/chat/completions", json=chat_body("chat"), headers=headers, timeout=30
+        )
+        assert response.status_code == 200
+        page = httpx.get(gateway.url + "/metrics", timeout=30).text
+    lines = page.splitlines()
+    assert 'tollgate_policy_queue_wait_seconds_count{tollgate_engine="rego"} 1.0' in lines
+    for state in ("waiting", "running", "abandoned"):
+        assert f'tollgate_policy_queue{{tollgate_engine="rego",tollgate_state="{state}"}} 0.0' in lines
+    assert 'tollgate_policy_queue_refused_total{tollgate_engine="rego"} 0.0' in lines
