@@ -251,7 +251,10 @@ def _check_policy(config: GatewayConfig) -> None:
     if not report.ok:
         raise ConfigError(f"policy: {config.policy.dir}: the policy is refused: {report.error}")
     # Checked once here: the workers load what is announced rather than each compile it.
-    publish_checked(SharedRevisions.for_config(config.policy), source, report, config.policy.entrypoint)
+    try:
+        publish_checked(SharedRevisions.for_config(config.policy), source, report, config.policy.entrypoint)
+    except PolicyLoadError as exc:
+        raise ConfigError(f"policy: {exc}") from None
 
 
 def _append_key_entry(path: Path, entry: str) -> None:

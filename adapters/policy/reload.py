@@ -16,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from adapters.policy.check import CheckReport, check_in_child
+from adapters.policy.check import CHECK_TIMEOUT_S, CheckReport, check_in_child
 from adapters.policy.compiled import CompiledRevision, compile_revision
 from adapters.policy.shared_revisions import SharedRevisions, Verdict
 from adapters.policy.source import Fingerprint, PolicyLoadError, PolicySource, fingerprint, read_policy_dir
@@ -126,7 +127,9 @@ class PolicyReloader:
 
     async def _check(self, source: PolicySource) -> Verdict:
         self.counts.checked += 1
+        started = time.monotonic()
         report = await check_in_child(source, self._entrypoint)
+        timed_out = not report.ok and time.monotonic() - started >= CHECK_TIMEOUT_S
         compiled: CompiledRevision | None = None
         if report.ok:
             try:
@@ -139,7 +142,8 @@ class PolicyReloader:
             verdict = Verdict(
                 source.revision, True, None, report.tests, compiled.cacheable, compiled.uncacheable_calls
             )
-        await asyncio.to_thread(self._shared.record, verdict, compiled)
+        if not timed_out:  # a check cut short by a loaded machine is no verdict on the revision
+            await asyncio.to_thread(self._shared.record, verdict, compiled)
         logger.info(
             "policy revision checked",
             extra={"revision": source.revision, "ok": verdict.ok, "tests": report.tests, "pid": os.getpid()},

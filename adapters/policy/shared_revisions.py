@@ -37,6 +37,7 @@ from pathlib import Path
 import orjson
 
 from adapters.policy.compiled import CompiledRevision
+from adapters.policy.source import PolicyLoadError
 from gateway.config import PolicyConfig
 
 _BUNDLE_KEEP_S = 60.0  # a bundle no longer announced is removed after this long (a worker may be copying it)
@@ -63,10 +64,23 @@ def default_state_dir(config: PolicyConfig) -> Path:
 
 class SharedRevisions:
     def __init__(self, directory: Path, entrypoint: str) -> None:
+        """Raises PolicyLoadError when the directory is not this user's alone: what it holds
+        is served without another check, and the temporary directory is everyone's."""
         self.directory = directory
         self._entrypoint = entrypoint
-        for sub in ("verdicts", "bundles"):
-            (directory / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            directory.mkdir(mode=0o700, exist_ok=True)
+            found = directory.stat()
+            if found.st_uid != os.getuid() or found.st_mode & 0o022:
+                raise PolicyLoadError(
+                    f"{directory}: the policy state directory must belong to this user and be "
+                    "writable by no one else"
+                )
+            for sub in ("verdicts", "bundles"):
+                (directory / sub).mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise PolicyLoadError(f"{directory}: the policy state directory cannot be used ({exc})") from None
 
     @classmethod
     def for_config(cls, config: PolicyConfig) -> SharedRevisions:

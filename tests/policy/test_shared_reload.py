@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from adapters.policy.rego import RegoEngine
+from adapters.policy.source import PolicyLoadError
 from simulator import RunningSimulator
 from tests.harness import chat_body, eventually, free_port
 from tests.metering.processes import GatewayProcess
@@ -133,3 +134,13 @@ def _status(url: str, model: str) -> int:
         except httpx.TransportError:
             if time.monotonic() - started > 30:
                 raise
+
+
+async def test_a_state_directory_others_may_write_to_stops_the_start(
+    policy_dir: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    state.chmod(0o777)  # anyone could plant a verdict and a bundle there
+    with pytest.raises(PolicyLoadError, match="writable by no one else"):
+        await RegoEngine.open(policy_config(dir=str(policy_dir), state_dir=str(state)))
