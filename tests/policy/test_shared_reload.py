@@ -100,6 +100,8 @@ def test_every_worker_of_a_served_gateway_swaps_on_one_check(
     gateway = GatewayProcess(config_file, free_port(), 2, log)
     try:
         assert _status(gateway.url, "failover") == 200
+        # Both workers up before the edit (a worker that starts after it compiles it at start).
+        assert eventually(lambda: _startups(log) == 2, WAIT_S), log.read_text()[-3000:]
         set_models(directory, "alpha", [m for m in TENANTS["alpha"]["models"] if m != "failover"])
         assert eventually(lambda: len(_lines(log, "policy reloaded")) >= 2, WAIT_S), log.read_text()[-3000:]
         reloads = _lines(log, "policy reloaded")
@@ -111,6 +113,10 @@ def test_every_worker_of_a_served_gateway_swaps_on_one_check(
         assert all(_status(gateway.url, "chat") == 200 for _ in range(5))
     finally:
         gateway.stop()
+
+
+def _startups(log: Path) -> int:
+    return sum('"Application startup complete."' in raw for raw in log.read_text().splitlines())
 
 
 def _lines(log: Path, message: str) -> list[dict[str, object]]:
