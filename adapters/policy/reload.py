@@ -85,10 +85,8 @@ class PolicyReloader:
             return
         if await asyncio.to_thread(fingerprint, self._directory) != seen:
             return  # still being written: look again at the next tick
-        if source.revision == self._current().revision and self._shared.announced() in (
-            None,
-            source.revision,
-        ):
+        serving = self._current().revision
+        if source.revision == serving and self._shared.announced() in (None, serving):
             self._seen = seen
             return
         verdict = await self._settle(source)
