@@ -174,6 +174,7 @@ def build_services(
             store=metering.store if metering is not None else None,
             audit=audit,
             metrics_dir=metrics_dir_from_env(),
+            policy_queue=engine.evaluation_queue() if engine is not None else None,
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
         pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
@@ -205,6 +206,7 @@ def build_services(
             tracer=telemetry.tracer,
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
             upstream_ids=UpstreamIds(key.encode() if (key := config.server.request_id_key) else None),
+            policy_readiness=(engine.name, engine.readiness) if engine is not None else None,
         )
 
     return build

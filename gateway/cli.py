@@ -262,6 +262,8 @@ def _check_policy(config: GatewayConfig) -> None:
     import asyncio
 
     from adapters.policy.check import check_in_child
+    from adapters.policy.reload import publish_checked
+    from adapters.policy.shared_revisions import SharedRevisions
     from adapters.policy.source import PolicyLoadError, read_policy_dir
 
     try:
@@ -271,6 +273,11 @@ def _check_policy(config: GatewayConfig) -> None:
     report = asyncio.run(check_in_child(source, config.policy.entrypoint))
     if not report.ok:
         raise ConfigError(f"policy: {config.policy.dir}: the policy is refused: {report.error}")
+    # Checked once here: the workers load what is announced rather than each compile it.
+    try:
+        publish_checked(SharedRevisions.for_config(config.policy), source, report, config.policy.entrypoint)
+    except PolicyLoadError as exc:
+        raise ConfigError(f"policy: {exc}") from None
 
 
 def _serve(config_path: str, host: str | None, port: int | None, workers: int | None) -> int:

@@ -350,8 +350,13 @@ class PolicyConfig(_Strict):
     opa: OpaConfig | None = None
     cache: PolicyCacheConfig = PolicyCacheConfig()
     timeout_ms: int = Field(1000, ge=1)  # longest wait for a decision, whichever the engine
-    reload_interval_s: float = Field(1.0, gt=0)  # rego: how often policy.dir is checked for edits
+    reload_interval_s: float = Field(0.25, gt=0)  # rego: how often policy.dir and state_dir are looked at
+    # rego: where the workers of one machine share checked revisions; default: under the temp directory
+    state_dir: str | None = None
     eval_threads: int = Field(2, ge=1, le=64)  # rego: evaluations run in this many threads
+    # rego: threads left finishing an evaluation that timed out, beyond eval_threads (docs/policies.md)
+    eval_abandoned_max: int = Field(4, ge=0, le=256)
+    eval_queue_max: int = Field(256, ge=1)  # rego: evaluations waiting for a thread; past it, 503 at once
 
     @model_validator(mode="after")
     def _opa_target(self) -> PolicyConfig:

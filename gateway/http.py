@@ -33,6 +33,7 @@ from gateway.errors import (
 from gateway.exchange import Endpoint, Exchange, Principal
 from gateway.logs import flush_logs
 from gateway.pipeline import Pipeline
+from gateway.ports import EngineReadiness
 from gateway.request_ids import UpstreamIds, request_id_from
 from gateway.tracing import CORRELATION, NO_TRACER, Correlation, Tracer
 
@@ -51,6 +52,7 @@ _SSE_HEADERS = [
 ]
 # zlib window bits: gzip framing, and zlib framing (what HTTP calls deflate)
 _INFLATE_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+_READINESS_TIMEOUT_S = 2.0
 _MODEL_PATHS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/embeddings": Endpoint.EMBEDDINGS}
 
 
@@ -76,6 +78,8 @@ class Services:
     metrics: Callable[[str], Awaitable[tuple[bytes, str]]] | None = None
     # request id -> the UUID sent upstream (request_ids.py)
     upstream_ids: Callable[[str], str] = field(default_factory=UpstreamIds)
+    # GET /readyz: whether the policy engine can answer (name, readiness); None: no policy
+    policy_readiness: tuple[str, Callable[[], Awaitable[EngineReadiness]]] | None = None
 
 
 class GatewayASGI:
@@ -192,8 +196,14 @@ class GatewayASGI:
         if self._draining:
             await _send_json(send, 503, b'{"status":"draining"}', request_id)
             return
-        body = {"status": "ready", **await services.upstream_health()}
-        await _send_json(send, 200, orjson.dumps(body), request_id)
+        health, policy = await asyncio.gather(services.upstream_health(), _policy_readiness(services))
+        body: dict[str, Any] = {"status": "ready"}
+        if policy is not None:
+            body["policy"] = policy
+            if not policy["ready"]:
+                body["status"] = "not_ready"  # every request would be refused: take no traffic
+        body.update(health)  # upstreams, and each replica's health, circuit and load
+        await _send_json(send, 200 if body["status"] == "ready" else 503, orjson.dumps(body), request_id)
 
     async def _model_call(
         self,
@@ -377,6 +387,18 @@ def _decoded(raw: bytes, headers: dict[str, str], limit: int) -> bytes:
     if len(body) > limit or inflater.unconsumed_tail:
         raise _too_large(limit)
     return body
+
+
+async def _policy_readiness(services: Services) -> dict[str, Any] | None:
+    if services.policy_readiness is None:
+        return None
+    engine, readiness = services.policy_readiness
+    try:
+        async with asyncio.timeout(_READINESS_TIMEOUT_S):
+            answer = await readiness()
+    except TimeoutError:
+        answer = EngineReadiness(False, "the policy engine did not say whether it is ready in time")
+    return {"engine": engine, "ready": answer.ready, "detail": answer.detail}
 
 
 def _headers(scope: Scope) -> dict[str, str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -144,6 +144,36 @@ class EngineResult:
     error: str | None = None  # why there is no value (an evaluation error), for the log
 
 
+@dataclass(frozen=True, slots=True)
+class EngineReadiness:
+    """Whether a policy engine can answer now, for /readyz; `detail` says why (or what serves)."""
+
+    ready: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationQueueStats:
+    """An evaluation queue now, for metrics and readiness."""
+
+    threads: int  # the configured number of evaluation threads
+    running: int  # evaluations running in a live (not abandoned) thread
+    waiting: int  # evaluations waiting for a thread
+    abandoned: int  # threads still running an evaluation whose caller gave up
+    started: int  # running total: evaluations that got a thread
+    refused: int  # running total: evaluations refused because the queue was full
+
+
+class EvaluationQueue(Protocol):
+    """An engine's own queue of evaluations waiting for a thread (the embedded engine's)."""
+
+    def stats(self) -> EvaluationQueueStats: ...
+
+    def observe_waits(self, observe: Callable[[float], None]) -> None:
+        """`observe(seconds)` for each evaluation's wait for a thread, given up on or not."""
+        ...
+
+
 class PolicyEngine(Protocol):
     """Evaluates the policy for an input document (docs/policies.md).
 
@@ -151,6 +181,7 @@ class PolicyEngine(Protocol):
     slow); a policy that answers with something that is not a decision is the caller's to
     deny. `revision` names the policy now serving; `cacheable` says whether the same input
     always gets the same decision from it (no time, randomness or network in the policy).
+    `readiness` answers within about a second, without evaluating the policy.
     """
 
     name: str  # "rego" or "opa", for logs and the decision record
@@ -162,6 +193,12 @@ class PolicyEngine(Protocol):
     def cacheable(self) -> bool: ...
 
     async def evaluate(self, input_doc: dict[str, Any]) -> EngineResult: ...
+
+    async def readiness(self) -> EngineReadiness: ...
+
+    def evaluation_queue(self) -> EvaluationQueue | None:
+        """The queue to measure, when the engine has one of its own."""
+        ...
 
     async def aclose(self) -> None: ...
 

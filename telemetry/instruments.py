@@ -145,6 +145,31 @@ DECISIONS = MetricSpec(
     "Policy decisions by outcome: allow, deny, or unavailable (the engine did not answer).",
     (n.TENANT, "tollgate.outcome"),
 )
+# Waits for an embedded-engine evaluation thread: well under a millisecond on a healthy worker.
+POLICY_QUEUE_WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+POLICY_QUEUE = MetricSpec(
+    "tollgate.policy.queue",
+    Kind.GAUGE,
+    "{evaluation}",
+    "Embedded policy evaluations now: waiting for a thread, running, or abandoned (still running "
+    "after the policy timeout gave up on them); the busiest worker's.",
+    ("tollgate.engine", "tollgate.state"),
+)
+POLICY_QUEUE_WAIT = MetricSpec(
+    "tollgate.policy.queue.wait",
+    Kind.HISTOGRAM,
+    "s",
+    "How long each embedded policy evaluation waited for a thread, including waits the timeout ended.",
+    ("tollgate.engine",),
+    POLICY_QUEUE_WAIT_BUCKETS,
+)
+POLICY_QUEUE_REFUSED = MetricSpec(
+    "tollgate.policy.queue.refused",
+    Kind.COUNTER,
+    "{evaluation}",
+    "Embedded policy evaluations refused at once because policy.eval_queue_max were already waiting.",
+    ("tollgate.engine",),
+)
 TOOL_CALLS_BLOCKED = MetricSpec(
     "tollgate.tool_calls.blocked",
     Kind.COUNTER,

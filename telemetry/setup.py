@@ -22,7 +22,7 @@ from opentelemetry.sdk.resources import Resource
 from gateway.audit.queued_sink import QueuedSink
 from gateway.config import GatewayConfig
 from gateway.metering.prices import PriceBook
-from gateway.ports import AuditSink, StateStore, Upstream
+from gateway.ports import AuditSink, EvaluationQueue, StateStore, Upstream
 from gateway.routing.upstream_route import UpstreamRoute
 from gateway.tracing import NO_TRACER, Tracer
 from telemetry import instruments as spec
@@ -33,7 +33,7 @@ from telemetry.metrics_service import AsyncSource, MetricsService, OtlpPush
 from telemetry.recorder import MetricsRecorder
 from telemetry.registry import Registry
 from telemetry.request_trace import SpanRecorder
-from telemetry.sources import BudgetReader, circuit_states, drop_counts
+from telemetry.sources import BudgetReader, circuit_states, drop_counts, policy_queue_states
 from telemetry.span_export import Framing
 from telemetry.span_queue import SpanQueue
 from telemetry.worker_snapshots import WorkerSnapshots
@@ -62,6 +62,7 @@ def build_telemetry(
     store: StateStore | None = None,
     audit: AuditSink | None = None,
     metrics_dir: Path | None = None,
+    policy_queue: EvaluationQueue | None = None,
 ) -> Telemetry:
     settings = config.telemetry
     resource = _resource(config)
@@ -102,6 +103,8 @@ def build_telemetry(
             registry.observed(spec.BUDGET_LIMIT, lambda: limits)
             async_sources.append((spec.BUDGET_USED, budgets.used))
     registry.observed(spec.CIRCUIT_STATE, circuit_states(routes))
+    if policy_queue is not None:
+        _measure_policy_queue(registry, policy_queue)
     otlp = settings.metrics.otlp
     metrics = MetricsService(
         registry,
@@ -121,6 +124,14 @@ def build_telemetry(
     registry.observed(spec.TELEMETRY_DROPPED, drop_counts(drops))
     recording = settings.metrics.prometheus or otlp is not None
     return Telemetry(tracer, (recorder,) if recording else (), metrics, spans)
+
+
+def _measure_policy_queue(registry: Registry, queue: EvaluationQueue) -> None:
+    labels = ("rego",)
+    waits = registry.histogram(spec.POLICY_QUEUE_WAIT)
+    queue.observe_waits(lambda seconds: waits.observe(labels, seconds))
+    registry.observed(spec.POLICY_QUEUE, policy_queue_states(queue, labels))
+    registry.observed(spec.POLICY_QUEUE_REFUSED, lambda: [(labels, float(queue.stats().refused))])
 
 
 def _resource(config: GatewayConfig) -> Resource:

@@ -1,6 +1,7 @@
 """Metrics read from where they already live, at snapshot or scrape time, never per request:
-circuit states (the routing pools), drop counts (span queue, metric export, decision log)
-and budgets (the state store, shared by every worker and replica)."""
+circuit states (the routing pools), drop counts (span queue, metric export, decision log),
+the policy evaluation queue (the embedded engine's threads) and budgets (the state store,
+shared by every worker and replica)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from gateway.config import GatewayConfig
 from gateway.errors import StateStoreUnavailable
 from gateway.metering.plan import Budget, utc_now
-from gateway.ports import StateStore
+from gateway.ports import EvaluationQueue, StateStore
 from gateway.routing.circuit import CircuitState
 from gateway.routing.upstream_route import UpstreamRoute
 from telemetry.registry import Labels, Source
@@ -28,6 +29,20 @@ def circuit_states(routes: Mapping[str, UpstreamRoute]) -> Source:
         for name, route in routes.items():
             for replica, status in enumerate(route.pool.status()):
                 yield (name, str(replica)), _CIRCUIT_VALUES[status.circuit]
+
+    return read
+
+
+def policy_queue_states(queue: EvaluationQueue, labels: Labels) -> Source:
+    """The embedded engine's evaluations by state: waiting, running, abandoned."""
+
+    def read() -> Iterable[tuple[Labels, float]]:
+        stats = queue.stats()
+        return [
+            ((*labels, "waiting"), float(stats.waiting)),
+            ((*labels, "running"), float(stats.running)),
+            ((*labels, "abandoned"), float(stats.abandoned)),
+        ]
 
     return read
 

@@ -19,11 +19,12 @@ import orjson
 from adapters.upstream.http_client import HttpClient
 from gateway.config import PolicyConfig
 from gateway.errors import PolicyUnavailable, UpstreamError
-from gateway.ports import EngineResult
+from gateway.ports import EngineReadiness, EngineResult, EvaluationQueue
 
 logger = logging.getLogger("tollgate.policy")
 
 UNKNOWN_REVISION = "opa"
+HEALTH_TIMEOUT_S = 1.0
 _HEADERS = {"content-type": "application/json", "accept": "application/json"}
 
 
@@ -35,6 +36,8 @@ class OpaEngine:
         if opa is None:
             raise ValueError("policy.opa is required for engine opa")
         self._url = f"{opa.url}/v1/data/{config.entrypoint}?provenance=true"
+        # `bundles`: a bundle-fed OPA is healthy only once its bundles are activated.
+        self._health_url = f"{opa.url}/health?bundles"
         self._timeout_s = opa.timeout_ms / 1000
         self._client = HttpClient("opa", max_connections=opa.max_connections, connect_timeout=self._timeout_s)
         # The gateway cannot see the server's reloads: its decisions are cached only with a TTL.
@@ -86,6 +89,20 @@ class OpaEngine:
         return EngineResult(
             answer.get("result"), self._revision, decision_id if isinstance(decision_id, str) else None
         )
+
+    async def readiness(self) -> EngineReadiness:
+        timeout_s = min(self._timeout_s, HEALTH_TIMEOUT_S)
+        try:
+            response = await self._client.get(self._health_url, {"accept": "application/json"}, timeout_s)
+        except UpstreamError as exc:
+            return EngineReadiness(False, f"the policy engine (OPA) cannot be reached ({exc.code})")
+        if response.status != 200:
+            why = f"the policy engine (OPA) is not healthy (status {response.status})"
+            return EngineReadiness(False, why)
+        return EngineReadiness(True, "the policy engine (OPA) is healthy")
+
+    def evaluation_queue(self) -> EvaluationQueue | None:
+        return None  # requests wait in the HTTP client's connection pool, bounded by policy.opa
 
     async def aclose(self) -> None:
         await self._client.aclose()
