@@ -12,10 +12,12 @@ central, bundle-fed) serves. A server that is down, slow or failing refuses the 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import orjson
 
+from adapters.policy.opa_errors import describe_error
 from adapters.upstream.http_client import HttpClient
 from gateway.config import PolicyConfig
 from gateway.errors import PolicyUnavailable, UpstreamError
@@ -43,6 +45,8 @@ class OpaEngine:
         # The gateway cannot see the server's reloads: its decisions are cached only with a TTL.
         self._cacheable = config.cache.ttl_s is not None
         self._revision = UNKNOWN_REVISION
+        # The same files OPA serves, when the gateway has them too: errors then name their rule.
+        self._policy_dir = config.dir if Path(config.dir).is_dir() else None
 
     @classmethod
     async def open(cls, config: PolicyConfig) -> OpaEngine:
@@ -75,6 +79,11 @@ class OpaEngine:
                     "body": response.body[:300].decode(errors="replace"),
                 },
             )
+            why = describe_error(response.body, self._policy_dir) if response.status >= 500 else None
+            if why is not None:  # as the embedded engine says it: the same answer whichever decides
+                raise PolicyUnavailable(
+                    f"The policy could not be evaluated ({why}); the request was refused."
+                )
             raise PolicyUnavailable(
                 f"The policy engine (OPA) answered with status {response.status}; the request was refused."
             )

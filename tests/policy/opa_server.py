@@ -1,5 +1,6 @@
 """An OPA-protocol server for tests: OPA's REST Data API in front of the same policy files,
-evaluated with regopy through a plain query (not the gateway's compiled bundles).
+evaluated with regopy through a plain query (not the gateway's compiled bundles); a failed
+evaluation is answered with OPA's own error text, from OPA's engine (tests/policy/opa_reference.py).
 
 The real OPA binary cannot be installed from the registries here; this server speaks the
 part of OPA's documented API the gateway uses, so the gateway's client is written against
@@ -8,7 +9,7 @@ that API and works against a real OPA too:
     POST /v1/data/{path}[?provenance=true]  {"input": ...}
         -> 200 {"result": ..., "decision_id": ...}   no "result" when undefined
         -> 400 {"code": "invalid_parameter", "message": ...}   body not JSON
-        -> 500 {"code": "internal_error", "message": ...}      evaluation failed
+        -> 500 {"code": "internal_error", "message": "file:row: code: text"}   evaluation failed
     GET /health -> 200 {}
 
 Faults for tests: `delay_s` (answer late), `fail_status` (answer with that status),
@@ -96,10 +97,21 @@ class OpaProtocolServer:
         interpreter.set_input_term(orjson.dumps(body.get("input")).decode())
         output = interpreter.query(f"x := data.{path}")
         if not output.ok():
-            return _json({"code": "internal_error", "message": "evaluation failed"}, 500)
+            return _json({"code": "internal_error", "message": self._opa_error(path, body.get("input"))}, 500)
         if output.results and "x" in output.results[0].bindings:
             answer["result"] = output.results[0].bindings["x"]
         return _json(answer, 200)
+
+    def _opa_error(self, path: str, input_doc: Any) -> str:
+        """What OPA says of this failed evaluation (`file:row: code: text`), from OPA's own engine."""
+        from tests.policy.opa_reference import OpaError, decide, opa_engine
+
+        try:
+            with opa_engine(self.source.policy_modules, self.source.data) as reference:
+                decide(reference, path, input_doc)
+        except OpaError as exc:
+            return exc.message
+        return "evaluation failed"
 
     async def _health(self, _: web.Request) -> web.Response:
         return _json({}, 200)
