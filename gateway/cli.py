@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +21,7 @@ from gateway.config import (
     CONFIG_ENV,
     DEFAULT_CONFIG_PATH,
     METRICS_DIR_ENV,
+    SIM_PORT_ENV,
     ConfigError,
     GatewayConfig,
     load_config,
@@ -33,26 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tollgate", description="A policy-enforcing LLM gateway.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the gateway")
-    _config_arg(serve)
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--workers", type=int)
-    serve.add_argument(
-        "--first-key",
-        action="store_true",
-        help="with no key configured, mint one into keys_file and print it once (a container's first start)",
-    )
-
-    dev = commands.add_parser("dev", help="run the gateway and a local upstream simulator")
-    _config_arg(dev)
-    dev.add_argument("--sim-port", type=int, default=8081)
-    dev.add_argument(
-        "--sim-profile",
-        default="kimi",
-        help="the simulator's server profile (kimi, generic, vllm, sglang, llama-server, llama-cpp-python)",
-    )
-
+    _add_run_commands(commands)
     commands.add_parser("sim", help="run the upstream simulator (see `tollgate sim --help`)", add_help=False)
 
     keys = commands.add_parser("keys", help="manage API keys")
@@ -91,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 _ensure_first_key(args.config, load_config(args.config), label="first")
             return _serve(args.config, args.host, args.port, args.workers)
         if args.command == "dev":
-            return _dev(args.config, args.sim_port, args.sim_profile)
+            return _dev(args.config, args.host, args.port, args.sim_port, args.sim_profile)
         if args.command == "keys":
             return _keys_create(args.tenant, args.label, args.config, args.append)
         if args.command == "audit":
@@ -106,6 +89,35 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tollgate: {exc}", file=sys.stderr)
         return 2
+
+
+def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser("serve", help="run the gateway")
+    _config_arg(serve)
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--workers", type=int)
+    serve.add_argument(
+        "--first-key",
+        action="store_true",
+        help="with no key configured, mint one into keys_file and print it once (a container's first start)",
+    )
+
+    dev = commands.add_parser("dev", help="run the gateway and a local upstream simulator")
+    _config_arg(dev)
+    dev.add_argument("--host", help="the gateway's address (default: server.host)")
+    dev.add_argument("--port", type=int, help="the gateway's port (default: server.port)")
+    dev.add_argument(
+        "--sim-port",
+        type=int,
+        default=8081,
+        help="the simulator's port; the config reaches it as ${TOLLGATE_SIM_PORT}",
+    )
+    dev.add_argument(
+        "--sim-profile",
+        default="kimi",
+        help="the simulator's server profile (kimi, generic, vllm, sglang, llama-server, llama-cpp-python)",
+    )
 
 
 def _config_arg(parser: argparse.ArgumentParser) -> None:
@@ -346,24 +358,53 @@ def _run_workers(config: GatewayConfig, host: str | None, port: int | None, work
         raise SystemExit(code)
 
 
-def _dev(config_path: str, sim_port: int, sim_profile: str) -> int:
+def _dev(config_path: str, host: str | None, port: int | None, sim_port: int, sim_profile: str) -> int:
+    os.environ[SIM_PORT_ENV] = str(sim_port)  # before the config is read: its upstream is the simulator
     config = load_config(config_path)
     _ensure_first_key(config_path, config, label="dev")
+    from gateway.worker_server import exit_with_master
+
+    dev_pid = os.getpid()
+    # The simulator stops with `tollgate dev` however that ends: a single worker serving in this
+    # process exits by the signal that stopped it, past any `finally` here. No thread runs yet
+    # (the announcer starts after), so a preexec_fn is safe.
     sim = subprocess.Popen(
-        [sys.executable, "-m", "simulator", "--port", str(sim_port), "--profile", sim_profile]
+        [sys.executable, "-m", "simulator", "--port", str(sim_port), "--profile", sim_profile],
+        stdout=subprocess.DEVNULL,
+        preexec_fn=lambda: exit_with_master(dev_pid),  # noqa: PLW1509
     )
     try:
         _wait_healthy(f"http://127.0.0.1:{sim_port}/health", sim)
-        server = config.server
-        print(
-            f"\nGateway: http://{server.host}:{server.port}/v1  "
-            f"(upstream: simulator on port {sim_port}, profile {sim_profile})\n",
-            file=sys.stderr,
+        address = f"{host or config.server.host}:{port if port is not None else config.server.port}"
+        announce = threading.Thread(
+            target=_announce_when_ready,
+            args=(address, f"upstream: the simulator on port {sim_port}, profile {sim_profile}"),
+            daemon=True,
         )
-        return _serve(config_path, None, None, None)
+        announce.start()
+        return _serve(config_path, host, port, None)
     finally:
         sim.terminate()
         sim.wait(timeout=10)
+
+
+def _announce_when_ready(address: str, upstream: str, seconds: float = 600.0) -> None:
+    """One line, printed (not logged: the log scrubber would mask the address) once the gateway
+    answers /readyz, so what it says is true when it is read."""
+    probe = address.replace("0.0.0.0", "127.0.0.1")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{probe}/readyz", timeout=1) as response:
+                if response.status == 200:
+                    print(
+                        f"\nTollgate is ready: http://{address}/v1  ({upstream}; Ctrl-C stops both)\n",
+                        file=sys.stderr,
+                    )
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
 
 
 def _ensure_first_key(config_path: str, config: GatewayConfig, label: str) -> None:

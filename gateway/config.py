@@ -23,6 +23,10 @@ CONFIG_ENV = "TOLLGATE_CONFIG"
 
 DEFAULT_CONFIG_PATH = "tollgate.yaml"
 
+SIM_PORT_ENV = "TOLLGATE_SIM_PORT"
+"""Port of the local upstream simulator, set by `tollgate dev --sim-port` before the config is
+read; the shipped tollgate.yaml's upstream is `http://127.0.0.1:${TOLLGATE_SIM_PORT:-8081}/v1`."""
+
 METRICS_DIR_ENV = "TOLLGATE_METRICS_DIR"
 """Directory where the workers of one server share their metrics (see telemetry/worker_snapshots.py).
 Set by `tollgate serve` to a fresh directory; unset, each worker's /metrics shows its own figures."""

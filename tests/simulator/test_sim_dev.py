@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -42,10 +43,12 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _dev_config(tmp_path: Path, port: int, sim_port: int) -> Path:
+def _dev_config(tmp_path: Path) -> Path:
+    """The shipped config as it is (its port, its simulator URL), but for paths and one worker:
+    `--port` and `--sim-port` must be what moves the gateway and the simulator."""
     config = yaml.safe_load((REPO / "tollgate.yaml").read_text())
-    config["server"] = {**config["server"], "port": port, "workers": 1}
-    config["upstreams"]["local"]["base_url"] = f"http://127.0.0.1:{sim_port}/v1"
+    config["server"] = {**config["server"], "workers": 1}
+    assert "${TOLLGATE_SIM_PORT" in config["upstreams"]["local"]["base_url"]
     config["policy"]["dir"] = str(REPO / "policies")
     config["audit"]["path"] = str(tmp_path / "audit.jsonl")
     config["state"]["sqlite_path"] = str(tmp_path / "state.db")
@@ -69,7 +72,7 @@ def _wait_ready(url: str, proc: subprocess.Popen[str], seconds: float = 90.0) ->
 
 def test_dev_serves_the_kimi_contract_to_the_official_sdk(tmp_path: Path) -> None:
     port, sim_port = _free_port(), _free_port()
-    config = _dev_config(tmp_path, port, sim_port)
+    config = _dev_config(tmp_path)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -78,6 +81,8 @@ def test_dev_serves_the_kimi_contract_to_the_official_sdk(tmp_path: Path) -> Non
             "dev",
             "--config",
             str(config),
+            "--port",
+            str(port),
             "--sim-port",
             str(sim_port),
         ],
@@ -88,17 +93,21 @@ def test_dev_serves_the_kimi_contract_to_the_official_sdk(tmp_path: Path) -> Non
         text=True,
         start_new_session=True,
     )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
     try:
-        assert proc.stderr is not None
-        key = None
-        deadline = time.monotonic() + 60
-        while key is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            assert line or proc.poll() is None, "tollgate dev exited before printing its key"
-            match = re.search(r"\b(tg-\S+)", line)
-            key = match.group(1) if match else None
-        assert key is not None
         _wait_ready(f"http://127.0.0.1:{port}/readyz", proc)
+        ready = f"Tollgate is ready: http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + 30
+        while not any(ready in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [line for line in lines if "Tollgate is ready" in line] == [
+            f"{ready}  (upstream: the simulator on port {sim_port}, profile kimi; Ctrl-C stops both)\n"
+        ]
+        keys = [match.group(1) for line in lines if (match := re.search(r"\b(tg-\S+)", line))]
+        assert len(keys) == 1
+        key = keys[0]
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0)
         first = client.chat.completions.create(
             model="kimi-k2.6", messages=[{"role": "user", "content": "Hello"}]
@@ -124,6 +133,11 @@ def test_dev_serves_the_kimi_contract_to_the_official_sdk(tmp_path: Path) -> Non
         )
         jsonschema.validate(json.loads(answer.choices[0].message.content or ""), SCHEMA)
         client.close()
+
+        proc.send_signal(signal.SIGTERM)  # to `tollgate dev` alone, as a terminal's Ctrl-C or kill would
+        proc.wait(timeout=60)
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", sim_port)) != 0, "the simulator outlived tollgate dev"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
