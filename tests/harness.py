@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -12,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import pytest
 
 from gateway.logs import JsonFormatter
 from gateway.redaction.scrub import Scrubber
@@ -20,6 +23,17 @@ from simulator import RecordedRequest, RunningSimulator
 from tests.servers import REQUEST_ID_KEY, UPSTREAM_KEY
 
 HELLO = [{"role": "user", "content": "hello"}]
+
+
+def installed_tool(name: str, install: str) -> str:
+    """The path of a command-line tool the tests run. Missing: a skip on a developer's machine,
+    a failure in CI, whose .ci/run installs it (`install` says how)."""
+    found = shutil.which(name)
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} is missing on the CI machine ({install})")
+        pytest.skip(f"{name} is not installed ({install})")
+    return found
 
 
 def free_port() -> int:

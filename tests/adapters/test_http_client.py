@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 from aiohttp import web
 
 from adapters.upstream.http_client import HttpClient
+
+
+@asynccontextmanager
+async def serving(app: web.Application, answer: Any) -> AsyncIterator[int]:
+    """`app` answering POST /v1/chat/completions on a free loopback port, for the block's length."""
+    app.router.add_post("/v1/chat/completions", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
 
 
 @pytest.fixture
@@ -21,18 +37,9 @@ async def cookie_setting_upstream() -> AsyncIterator[tuple[str, list[str | None]
         response.set_cookie("session", "tenant-a-secret", path="/")
         return response
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
+    async with serving(web.Application(), answer) as port:
         # A host name: aiohttp would keep no cookie of a bare IP address anyway.
         yield f"http://localhost:{port}/v1/chat/completions", received
-    finally:
-        await runner.cleanup()
 
 
 async def test_a_cookie_an_upstream_sets_is_never_sent_back(
@@ -64,17 +71,8 @@ async def echoing_upstream() -> AsyncIterator[tuple[str, list[bytes]]]:
             return response
         return web.json_response({"ok": True})
 
-    app = web.Application(client_max_size=8 * 1024 * 1024)
-    app.router.add_post("/v1/chat/completions", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
+    async with serving(web.Application(client_max_size=8 * 1024 * 1024), answer) as port:
         yield f"http://127.0.0.1:{port}/v1/chat/completions", received
-    finally:
-        await runner.cleanup()
 
 
 @pytest.mark.parametrize("size", [10, 1024 * 1024 + 1, 4 * 1024 * 1024])

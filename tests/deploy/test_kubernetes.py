@@ -8,8 +8,6 @@ gateway config that loads."""
 from __future__ import annotations
 
 import copy
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 import yaml
 
 from gateway.config import load_config
+from tests.harness import installed_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "deploy" / "kubernetes"
@@ -35,12 +34,7 @@ SECRET_ENV = {
 
 
 def kubectl() -> str:
-    found = shutil.which("kubectl")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("kubectl (with its built-in kustomize) is missing on the CI machine")
-        pytest.skip("kubectl is not installed")
-    return found
+    return installed_tool("kubectl", "kubectl, with its built-in kustomize, comes with the machine image")
 
 
 def render(overlay: str) -> list[dict[str, Any]]:

@@ -4,16 +4,14 @@ each alert with its runbook entry."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
+from tests.harness import installed_tool
 from tests.telemetry.dashboards import metric_names
 from tests.telemetry.test_dashboards import _exported
 
@@ -24,12 +22,7 @@ RUNBOOKS = ROOT / "docs" / "runbooks.md"
 
 
 def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool is missing: .ci/run installs it with the prometheus package")
-        pytest.skip("promtool is not installed (apt-get install -y prometheus; .ci/run does)")
-    return found
+    return installed_tool("promtool", "apt-get install -y prometheus; .ci/run does")
 
 
 def rules() -> list[dict[str, Any]]:
