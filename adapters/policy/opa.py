@@ -79,7 +79,7 @@ class OpaEngine:
                     "body": response.body[:300].decode(errors="replace"),
                 },
             )
-            why = describe_error(response.body, self._policy_dir) if response.status >= 500 else None
+            why = describe_error(response.body, self._policy_dir) if response.status == 500 else None
             if why is not None:  # as the embedded engine says it: the same answer whichever decides
                 raise PolicyUnavailable(
                     f"The policy could not be evaluated ({why}); the request was refused."

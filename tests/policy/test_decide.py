@@ -213,8 +213,11 @@ async def test_the_stage_timeout_bounds_any_engine(opa: OpaProtocolServer) -> No
 
 
 async def test_an_opa_error_status_refuses_with_503(opa_engine: OpaEngine, opa: OpaProtocolServer) -> None:
-    opa.fail_status = 500
-    with pytest.raises(PolicyUnavailable, match="status 500"):
+    opa.fail_status = 500  # with OPA's error body: what it said reaches the message
+    with pytest.raises(PolicyUnavailable, match=r"could not be evaluated \(injected failure\)"):
+        await decide(opa_engine)(exchange())
+    opa.fail_status = 503  # a server that is not evaluating at all: the status is what there is
+    with pytest.raises(PolicyUnavailable, match="status 503"):
         await decide(opa_engine)(exchange())
 
 
