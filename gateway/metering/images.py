@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.image_parts import image_parts
+
 _HEADER_BASE64_CHARS = 87_384  # 64 KiB once decoded: a JPEG's frame header is almost always within it
 
 
@@ -36,18 +38,8 @@ class ImageRule:
 
 
 def image_urls(messages: Any) -> Iterator[str]:
-    """The URL (or data URL) of every image part of the messages."""
-    for message in messages if isinstance(messages, list) else ():
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list):
-            continue
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "image_url":
-                continue
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, dict) else image
-            if isinstance(url, str):
-                yield url
+    """The URL (or data URL) of every image part of the messages that gives one as text."""
+    return (url for _, url in image_parts(messages) if isinstance(url, str))
 
 
 def image_size(data_url: str) -> tuple[int, int] | None:

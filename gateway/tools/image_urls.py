@@ -12,11 +12,9 @@ host on the allowlist, path prefixes. A URL that is not a string is a 400
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 from gateway.errors import InvalidRequest, PermissionDenied
 from gateway.exchange import Endpoint, Exchange
+from gateway.image_parts import image_parts
 from gateway.policy.decision import ArgConstraint
 from gateway.tools.destinations import check_url, has_unsafe_chars
 
@@ -29,7 +27,7 @@ class ImageDestinations:
         if decision is None or exchange.endpoint is not Endpoint.CHAT:
             return
         rule = decision.destinations.image_url
-        for param, url in _image_urls(exchange.body.get("messages")):
+        for param, url in image_parts(exchange.body.get("messages")):
             if not isinstance(url, str):
                 raise InvalidRequest(f"'{param}' must be a string.", param=param, code="invalid_value")
             reason = check_image_url(url, rule)
@@ -50,19 +48,3 @@ def check_image_url(url: str, rule: ArgConstraint) -> str | None:
     if "://" not in url:
         return "not a data: URL or a URL with a host"
     return check_url(url, rule)
-
-
-def _image_urls(messages: Any) -> Iterator[tuple[str, Any]]:
-    """(param, URL) for every image part of the messages."""
-    for i, message in enumerate(messages if isinstance(messages, list) else ()):
-        content = message.get("content") if isinstance(message, dict) else None
-        for j, part in enumerate(content if isinstance(content, list) else ()):
-            if not isinstance(part, dict):
-                continue
-            where = f"messages[{i}].content[{j}]"
-            kind = part.get("type")
-            image = part.get("image_url")
-            if kind == "image_url" and isinstance(image, dict):
-                yield f"{where}.image_url.url", image.get("url")
-            elif kind in ("image_url", "input_image") and image is not None:
-                yield f"{where}.image_url", image
