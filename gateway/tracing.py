@@ -121,16 +121,26 @@ _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f
 _TRACESTATE_MAX = 512  # W3C: at most 32 list members; what vendors are asked to propagate
 
 
-def passed_on(traceparent: str, tracestate: str | None) -> RequestTrace | None:
-    """The trace to pass on for a well-formed `traceparent`; None for a malformed one, which
-    W3C says to ignore. A later version's extra fields are dropped and the header is passed
-    on as version 00, the one this parser knows."""
+def traceparent_fields(traceparent: str) -> tuple[str, str, str] | None:
+    """(trace id, parent id, flags) of a well-formed W3C `traceparent`, as hex; None for
+    anything else, which W3C says to ignore. Version 00 has exactly four fields; a later
+    version may add some, which are dropped; version ff and all-zero ids are invalid."""
     match = _TRACEPARENT.fullmatch(traceparent.strip())
     if match is None:
         return None
     version, trace_hex, span_hex, flags, rest = match.groups()
     if version == "ff" or (version == "00" and rest) or not int(trace_hex, 16) or not int(span_hex, 16):
         return None
+    return trace_hex, span_hex, flags
+
+
+def passed_on(traceparent: str, tracestate: str | None) -> RequestTrace | None:
+    """The trace to pass on for a well-formed `traceparent` (as version 00, the one this
+    parser knows); None for a malformed one."""
+    fields = traceparent_fields(traceparent)
+    if fields is None:
+        return None
+    trace_hex, span_hex, flags = fields
     headers = {"traceparent": f"00-{trace_hex}-{span_hex}-{flags}"}
     if (
         tracestate

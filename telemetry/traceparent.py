@@ -4,10 +4,10 @@ pays only for a regular expression and a format string."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+from gateway.tracing import traceparent_fields
+
 _SAMPLED = 0x01
 
 
@@ -25,16 +25,11 @@ def parse(traceparent: str | None, tracestate: str | None = None) -> Parent | No
     """The parent named by a well-formed header; None for anything else (a new trace starts)."""
     if traceparent is None:
         return None
-    match = _TRACEPARENT.fullmatch(traceparent.strip())
-    if match is None:
+    fields = traceparent_fields(traceparent)
+    if fields is None:
         return None
-    version, trace_hex, span_hex, flags, rest = match.groups()
-    # Version 00 has exactly four fields; a later version may add some; ff is invalid.
-    if version == "ff" or (version == "00" and rest):
-        return None
+    trace_hex, span_hex, flags = fields
     trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
-    if trace_id == 0 or span_id == 0:
-        return None
     return Parent(trace_id, span_id, bool(int(flags, 16) & _SAMPLED), tracestate or None)
 
 
