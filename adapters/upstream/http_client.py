@@ -49,23 +49,16 @@ class HttpClient:
         """POST and read the whole answer within `seconds` (the caller's remaining deadline), its
         head within `head_within` of them: an upstream that hangs fails then, not at the deadline."""
         head_s = seconds if head_within is None else min(head_within, seconds)
-        read_by = time.monotonic() + seconds
-        timeout = aiohttp.ClientTimeout(total=None, connect=self._connect_timeout)
+        # aiohttp's own timers: `total` for the whole answer, `sock_read` for each wait for
+        # bytes, the first of which is the wait for the head (the body of a non-streamed answer
+        # follows its head at once).
+        timeout = aiohttp.ClientTimeout(total=seconds, connect=self._connect_timeout, sock_read=head_s)
         with self._translated(head_s):
-            async with asyncio.timeout(head_s):
-                response = await self._session.post(
-                    url, data=_payload(body), headers=headers, timeout=timeout
-                )
-        try:
-            left = max(read_by - time.monotonic(), 0.001)
-            with self._translated(left):
-                async with asyncio.timeout(left):
-                    payload = await response.read()
-        except BaseException:
-            response.close()  # unfinished: the connection cannot be reused
-            raise
-        response.release()
-        return RawResponse(response.status, _lower(response.headers), payload)
+            async with self._session.post(
+                url, data=_payload(body), headers=headers, timeout=timeout
+            ) as response:
+                payload = await response.read()
+                return RawResponse(response.status, _lower(response.headers), payload)
 
     async def get(self, url: str, headers: dict[str, str], seconds: float) -> RawResponse:
         timeout = seconds
