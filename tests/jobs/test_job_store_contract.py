@@ -59,7 +59,7 @@ async def test_submitting_the_same_id_twice_keeps_one_job(job_store: JobStore) -
     assert [(c.id, c.payload) for c in claims] == [("j1", b'{"p": 1}')]
 
 
-async def test_a_lapsed_claim_is_taken_over_and_the_old_holder_can_no_longer_finish(job_store: JobStore) -> None:
+async def test_a_lapsed_claim_is_taken_over_and_its_old_holder_cannot_finish(job_store: JobStore) -> None:
     await job_store.submit([job("j1")])
     [old] = await job_store.claim("w1", 10, 0.2)
     [new] = await claim_until(job_store, "w2", 0.2)
@@ -125,7 +125,7 @@ async def test_reads_are_scoped_to_the_tenant(job_store: JobStore) -> None:
     assert await job_store.cancel_batch("beta", "batch-1", failed()) is None
 
 
-async def test_cancelling_a_queued_job_returns_it_and_a_running_one_is_left_alone(job_store: JobStore) -> None:
+async def test_cancel_returns_a_queued_job_and_leaves_a_running_one(job_store: JobStore) -> None:
     await job_store.submit([job("queued"), job("running")])
     claims = await job_store.claim("w1", 1, 60)
     running_id = claims[0].id
@@ -140,7 +140,8 @@ async def test_cancelling_a_queued_job_returns_it_and_a_running_one_is_left_alon
 
 async def test_a_batch_counts_its_lines_and_keeps_their_order(job_store: JobStore) -> None:
     now = time.time()
-    batch = NewBatch("b1", "alpha", "/v1/chat/completions", "file-1", "24h", now, now + 60, now + 120, {"k": "v"})
+    endpoint = "/v1/chat/completions"
+    batch = NewBatch("b1", "alpha", endpoint, "file-1", "24h", now, now + 60, now + 120, {"k": "v"})
     lines = [job(f"b1-{i}", batch_id="b1", line=i, custom_id=f"c{i}") for i in (0, 2, 3)]
     refused = (job("b1-1", batch_id="b1", line=1, custom_id="c1"), failed(b'{"error": "bad"}'))
     await job_store.create_batch(batch, lines, [refused])
