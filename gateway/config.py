@@ -153,6 +153,9 @@ class WorkersAIUpstream(_UpstreamBase):
     base_url: str = "https://api.cloudflare.com/client/v4"
     # Fail fast with 3040 instead of queueing for capacity, so the gateway can fall back.
     reject_if_busy: bool = False
+    # Models (upstream ids) whose async jobs go through Workers AI's own queue (`queueRequest`);
+    # "*" for every model. Other jobs run as synchronous calls when pulled.
+    async_queue_models: list[str] = []
 
     @field_validator("base_url")
     @classmethod
@@ -369,6 +372,43 @@ class PolicyConfig(_Strict):
         return self
 
 
+class JobsConfig(_Strict):
+    """Async jobs: `Prefer: respond-async`, OpenAI's Batch API and webhooks (docs/async.md)."""
+
+    store: Literal["sqlite", "redis"] = "sqlite"
+    sqlite_path: str = "tollgate-jobs.db"  # relative to the working directory; shared by all workers
+    redis_url: str | None = None  # e.g. redis://127.0.0.1:6379/0
+    key_prefix: str = Field("tollgate", pattern=r"^[A-Za-z0-9_.:-]+$")
+    completion_window_s: float = Field(86_400.0, gt=0)  # a job not done by then fails (batches: "24h")
+    results_keep_s: float = Field(7 * 86_400.0, gt=0)  # results, batches and files are deleted after this
+    max_file_bytes: int = Field(100 * 1024 * 1024, ge=1024)  # an upload past this is refused unread
+    max_batch_lines: int = Field(50_000, ge=1)
+    concurrency: int = Field(32, ge=1, le=4096)  # jobs running at once in one worker process
+    claim_batch: int = Field(16, ge=1, le=1000)  # jobs claimed per store round trip
+    idle_poll_s: float = Field(0.25, gt=0)  # how often an idle worker looks for jobs
+    visibility_s: float = Field(60.0, ge=1)  # a claim not extended for this long is taken over
+    # Sync traffic keeps priority: a worker claims jobs only while fewer synchronous model calls
+    # than this are in flight in it, and not for `throttle_pause_s` after an upstream throttled.
+    pull_while_sync_below: int = Field(16, ge=1)
+    throttle_pause_s: float = Field(2.0, ge=0)
+    retry_base_s: float = Field(1.0, gt=0)  # backoff after a capacity error, doubling per attempt...
+    retry_max_s: float = Field(60.0, gt=0)  # ...up to this, with jitter
+    attempt_timeout_s: float | None = Field(
+        None, gt=0
+    )  # one attempt's deadline; default server.request_timeout_s
+    native_poll_s: float = Field(1.0, gt=0)  # first poll of an upstream's own queue, then backing off...
+    native_poll_max_s: float = Field(30.0, gt=0)  # ...up to this
+    webhook_timeout_s: float = Field(10.0, gt=0)
+    webhook_attempts: int = Field(8, ge=1, le=50)  # deliveries tried, backing off from 1 s, before giving up
+    webhook_allow_private: bool = False  # allow webhook URLs on private, loopback or link-local addresses
+
+    @model_validator(mode="after")
+    def _redis_needs_url(self) -> JobsConfig:
+        if self.store == "redis" and not self.redis_url:
+            raise ValueError("jobs.store redis needs jobs.redis_url")
+        return self
+
+
 class GatewayConfig(_Strict):
     server: ServerConfig = ServerConfig()
     upstreams: dict[str, UpstreamConfig]
@@ -385,6 +425,7 @@ class GatewayConfig(_Strict):
     prices: dict[str, PriceConfig] = {}  # upstream model id -> price; adds to and overrides the defaults
     admin: AdminConfig | None = None  # no /admin/* endpoints without it
     telemetry: TelemetryConfig = TelemetryConfig()  # traces off, metrics on /metrics, unless set
+    jobs: JobsConfig | None = None  # no async jobs, batches or webhooks without it
 
     @field_validator("models")
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
@@ -105,6 +105,24 @@ class Upstream(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class QueueingUpstream(Protocol):
+    """An upstream with a queue of its own for work that need not be answered now (Workers
+    AI's `queueRequest`): an adapter capability the job runner uses when it has it."""
+
+    def queues(self, model: str) -> bool:
+        """Whether jobs for this model go through the upstream's queue."""
+        ...
+
+    async def enqueue(self, request: UpstreamRequest, reference: str) -> str:
+        """Queue the request (tagged with `reference`, the job id); the upstream's id for it."""
+        ...
+
+    async def poll(self, request: UpstreamRequest, queued_id: str, reference: str) -> UpstreamResponse | None:
+        """The answer once there is one; None while it is pending. Raises UpstreamError."""
+        ...
 
 
 class AuditSink(Protocol):
