@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from adapters.audit import build_audit_writer
 from adapters.policy import open_policy_engine
 from adapters.state import build_state_store, warn_if_not_durable
+from adapters.state.jobs import build_job_store
 from adapters.upstream import build_upstream
 from gateway.access_log import AccessLog
 from gateway.audit.completion import AuditCompletion
@@ -29,6 +30,8 @@ from gateway.exchange import Candidate, Principal, Tenant
 from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
+from gateway.jobs.parts import jobs_parts, pull_gate
+from gateway.jobs.pull_gate import ThrottleWatch
 from gateway.keys import KeyRing, key_id
 from gateway.metering.counted import CountedUsage
 from gateway.metering.idempotency import IdempotencyOnly
@@ -66,6 +69,10 @@ def keyring_from(config: GatewayConfig, tenants: dict[str, Tenant]) -> KeyRing:
     return KeyRing(
         (key.hash, Principal(tenants[key.tenant], key_id(key.hash), key.label)) for key in config.keys
     )
+
+
+def principals_from(config: GatewayConfig, tenants: dict[str, Tenant]) -> list[Principal]:
+    return [Principal(tenants[key.tenant], key_id(key.hash), key.label) for key in config.keys]
 
 
 def audit_sink_from(config: GatewayConfig) -> AuditSink | None:
@@ -129,7 +136,8 @@ def build_services(
         band = metering.bands.band if metering is not None else None
         decide = [decide_from(config.policy, engine, config, audit, band)] if config.policy and engine else []
         redaction_counters = RedactionCounters()
-        redact = Redact(redaction or RedactionSettings.from_config(config), redaction_counters)
+        redaction_settings = redaction or RedactionSettings.from_config(config)
+        redact = Redact(redaction_settings, redaction_counters)
         # Without metering, Idempotency-Key is still honoured, on the embedded store.
         embedded = StateConfig()
         keys_only = (
@@ -158,6 +166,8 @@ def build_services(
             *([AccessLog()] if config.server.access_log else []),
             *([AuditCompletion(audit)] if audit else []),
         ]
+        gate = pull_gate(config.jobs) if config.jobs is not None else None
+        finishers.extend([ThrottleWatch(gate)] if gate is not None else [])  # throttling pauses job pulls
         # Redaction before the tool-call guard: restored arguments are what get checked.
         redaction_guard = RedactionGuard(redaction_counters)
         guards: list[ResponseGuard] = [
@@ -178,8 +188,28 @@ def build_services(
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
         pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
+        upstream_ids = UpstreamIds(key.encode() if (key := config.server.request_id_key) else None)
+        jobs = (
+            jobs_parts(
+                config,
+                build_job_store(config.jobs),
+                pipeline,
+                forwarder,
+                gate,
+                {principal.key_id: principal for principal in principals_from(config, tenants)},
+                metering is not None,
+                redaction_settings,
+                admit.authenticate,
+                upstream_ids,
+                telemetry.tracer,
+            )
+            if config.jobs is not None and gate is not None
+            else None
+        )
 
         async def close() -> None:
+            if jobs is not None:
+                await jobs.aclose()  # first: a job under way still settles through metering
             await telemetry.aclose()  # first: its last export still reads the state store (budgets)
             await prober.aclose()
             await asyncio.gather(*(u.aclose() for u in upstreams.values()))
@@ -205,8 +235,10 @@ def build_services(
             admin_spend=metering.admin.spend if metering and metering.admin else None,
             tracer=telemetry.tracer,
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
-            upstream_ids=UpstreamIds(key.encode() if (key := config.server.request_id_key) else None),
+            upstream_ids=upstream_ids,
             policy_readiness=(engine.name, engine.readiness) if engine is not None else None,
+            jobs=jobs.api if jobs is not None else None,
+            attach_load=jobs.start if jobs is not None else None,
         )
 
     return build

@@ -31,6 +31,8 @@ from gateway.errors import (
     UnsupportedMediaType,
 )
 from gateway.exchange import Endpoint, Exchange, Principal
+from gateway.jobs.api import JobsApi, prefers_async
+from gateway.jobs.api_types import ApiAnswer, ApiRequest
 from gateway.logs import flush_logs
 from gateway.pipeline import Pipeline
 from gateway.ports import EngineReadiness
@@ -80,6 +82,10 @@ class Services:
     upstream_ids: Callable[[str], str] = field(default_factory=UpstreamIds)
     # GET /readyz: whether the policy engine can answer (name, readiness); None: no policy
     policy_readiness: tuple[str, Callable[[], Awaitable[EngineReadiness]]] | None = None
+    # Async jobs, batches and files (gateway/jobs/api.py); None: not configured
+    jobs: JobsApi | None = None
+    # Called once started, with the count of synchronous model calls in flight (the job puller's gate)
+    attach_load: Callable[[Callable[[], int]], None] | None = None
 
 
 class GatewayASGI:
@@ -117,6 +123,8 @@ class GatewayASGI:
             if message["type"] == "lifespan.startup":
                 try:
                     self._services = await self._build()
+                    if self._services.attach_load is not None:
+                        self._services.attach_load(lambda: self._in_flight)
                 except Exception as exc:
                     logger.exception("startup failed")
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
@@ -145,7 +153,12 @@ class GatewayASGI:
                     raise MethodNotAllowed(f"Use POST for {path}.")
                 if self._draining:
                     raise _shutting_down()
-                await self._counted(self._model_call(services, endpoint, headers, request_id, receive, send))
+                if services.jobs is not None and prefers_async(headers):
+                    await _submit_async(services.jobs, services, endpoint, headers, request_id, receive, send)
+                else:
+                    await self._counted(
+                        self._model_call(services, endpoint, headers, request_id, receive, send)
+                    )
             elif path == "/v1/models":
                 _require(method, "GET", path)
                 principal = services.authenticate(headers.get("authorization"))
@@ -172,6 +185,12 @@ class GatewayASGI:
                 query = scope.get("query_string", b"").decode("latin-1")
                 body = await services.admin_spend(headers.get("authorization"), query)
                 await _send_json(send, 200, body, request_id)
+            elif services.jobs is not None and services.jobs.serves(path):
+                await _send_answer(
+                    send,
+                    await services.jobs.handle(_api_request(scope, headers, request_id, receive)),
+                    request_id,
+                )
             else:
                 raise NotFound(f"Unknown path {path}.", code="unknown_url")
         except GatewayError as exc:
@@ -437,6 +456,43 @@ async def _send_page(send: Send, page: bytes, content_type: str, request_id: str
     ]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": page})
+
+
+async def _submit_async(
+    jobs: JobsApi,
+    services: Services,
+    endpoint: Endpoint,
+    headers: dict[str, str],
+    request_id: str,
+    receive: Receive,
+    send: Send,
+) -> None:
+    """`Prefer: respond-async`: the request's governance now, its answer later (gateway/jobs/)."""
+    limit = services.max_body_bytes
+    body = _decoded(await _read_body(receive, headers, limit), headers, limit)
+    await _send_answer(send, await jobs.submit(endpoint, headers, body, request_id), request_id)
+
+
+def _api_request(scope: Scope, headers: dict[str, str], request_id: str, receive: Receive) -> ApiRequest:
+    async def read_body(limit: int) -> bytes:
+        return _decoded(await _read_body(receive, headers, limit), headers, limit)
+
+    query = scope.get("query_string", b"").decode("latin-1")
+    return ApiRequest(scope["method"], scope["path"], query, headers, request_id, read_body)
+
+
+async def _send_answer(send: Send, answer: ApiAnswer, request_id: str) -> None:
+    if answer.content_type == "application/json":
+        await _send_json(send, answer.status, answer.body, request_id, answer.headers)
+        return
+    headers = [
+        (b"content-type", answer.content_type.encode()),
+        (b"content-length", str(len(answer.body)).encode()),
+        (b"x-request-id", request_id.encode()),
+        *((k.encode(), v.encode()) for k, v in answer.headers.items()),
+    ]
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body})
 
 
 async def _send_error(send: Send, exc: GatewayError, request_id: str) -> None:

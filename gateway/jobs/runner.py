@@ -1,0 +1,326 @@
+"""The life of a job, after its submission: claimed, attempted, retried, finished.
+
+    claim (when the pull gate allows) -> thaw -> forward (or the upstream's own queue)
+        -> response guards -> finishers (settle, audit, metrics) -> store the result -> notify
+
+The request-side stages ran at submission (gateway/jobs/submit.py); each worker process runs
+one `JobRunner`, which claims jobs while synchronous load allows and runs the rest of the same
+pipeline for each. A capacity error (3040, 429, 503, a timeout: any error another attempt may
+cure) sends the job back to the queue with a backoff until its completion window ends; only
+then does it fail, with the last error as its reason. The finishers run once, for the final
+attempt, so a job is charged once: settle is idempotent by reservation id, so even a job
+whose worker died between settling and storing its result, and which another worker then
+ran again, is charged once.
+
+A job whose first candidate queues natively (a `QueueingUpstream`, e.g. Workers AI with
+`queueRequest`) is handed to that queue and polled with backoff, each poll a claim of its
+own: no connection, no task is held while the upstream works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.errors import GatewayError, InternalError, StateStoreUnavailable, UpstreamError
+from gateway.exchange import Attempt, Exchange
+from gateway.forward import Forwarder
+from gateway.jobs import results, snapshot
+from gateway.jobs.pull_gate import THROTTLE_CODES, PullGate
+from gateway.jobs.records import Claim, JobResult, JobState, NewJob
+from gateway.jobs.snapshot import NativeRef, Thawing
+from gateway.jobs.store import JobStore
+from gateway.pipeline import Pipeline
+from gateway.ports import QueueingUpstream, UpstreamRequest
+from gateway.tracing import NO_TRACER, Tracer
+
+logger = logging.getLogger("tollgate.jobs")
+
+_PURGE_EVERY_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerSettings:
+    concurrency: int
+    claim_batch: int
+    idle_poll_s: float
+    visibility_s: float
+    attempt_s: float  # one attempt's deadline
+    retry_base_s: float
+    retry_max_s: float
+    native_poll_s: float
+    native_poll_max_s: float
+    results_keep_s: float
+
+
+@dataclass(slots=True)
+class JobCounters:
+    """Counts for metrics: read by telemetry, written only here."""
+
+    completed: Counter[str] = field(default_factory=Counter)  # final state -> jobs
+    retries: Counter[str] = field(default_factory=Counter)  # cause (error code) -> retries
+    completion_s: list[float] = field(default_factory=list)  # submission to result, drained by metrics
+
+
+Notify = Callable[[Claim, JobResult], Awaitable[None]]
+
+
+class JobRunner:
+    def __init__(
+        self,
+        store: JobStore,
+        pipeline: Pipeline,
+        forwarder: Forwarder,
+        thawing: Thawing,
+        gate: PullGate,
+        settings: RunnerSettings,
+        tracer: Tracer = NO_TRACER,
+        notify: Notify | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._pipeline = pipeline
+        self._forwarder = forwarder
+        self._thawing = thawing
+        self._gate = gate
+        self._settings = settings
+        self._tracer = tracer
+        self._notify = notify
+        self._clock = clock
+        self.worker = f"{os.uname().nodename}:{os.getpid()}:{os.urandom(3).hex()}"
+        self.counters = JobCounters()
+        self._running: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    def start(self) -> None:
+        self._loop_task = asyncio.ensure_future(self._pull())
+
+    def wake(self) -> None:
+        """A job was just submitted in this process: look now rather than at the next poll."""
+        self._wake.set()
+
+    async def aclose(self) -> None:
+        """Stop pulling; jobs under way are abandoned, and their claims lapse to another worker."""
+        self._closing = True
+        tasks = [t for t in (self._loop_task, *self._running) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def release(self, job: NewJob) -> None:
+        """A cancelled job's reservation given back: its finishers run, with nothing spent."""
+        if not job.payload:
+            return
+        try:
+            exchange = snapshot.thaw(snapshot.decode(job.payload), job.id, 1.0, self._thawing)
+        except snapshot.UnknownPrincipal:
+            return  # nothing to settle under a key that is gone; the reservation's lease ends it
+        exchange.status, exchange.error_code = 499, results.CANCELLED
+        await self._pipeline.finish(exchange)
+
+    async def _pull(self) -> None:
+        settings = self._settings
+        next_purge = time.monotonic() + _PURGE_EVERY_S
+        while not self._closing:
+            free = settings.concurrency - len(self._running)
+            claimed: list[Claim] = []
+            if free > 0 and self._gate.allows():
+                try:
+                    claimed = await self._store.claim(
+                        self.worker, min(free, settings.claim_batch), settings.visibility_s
+                    )
+                except StateStoreUnavailable as exc:
+                    logger.warning("job store unavailable: %s", exc)
+                except Exception:
+                    logger.exception("claiming jobs failed")
+            for claim in claimed:
+                task = asyncio.ensure_future(self._run(claim))
+                self._running.add(task)
+                task.add_done_callback(self._running.discard)
+            if time.monotonic() >= next_purge:
+                next_purge = time.monotonic() + _PURGE_EVERY_S
+                with contextlib.suppress(Exception):
+                    await self._store.purge()
+            if claimed and len(claimed) == min(free, settings.claim_batch):
+                await asyncio.sleep(0)  # more may be waiting: look again at once, after yielding
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(settings.idle_poll_s):
+                    await self._wake.wait()
+
+    async def _run(self, claim: Claim) -> None:
+        heartbeat = asyncio.ensure_future(self._extend(claim))
+        try:
+            await self._attempt(claim)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("job attempt failed", extra={"request_id": claim.id})
+            with contextlib.suppress(Exception):
+                await self._store.retry_later(claim, self._backoff(claim.attempt), "internal_error")
+        finally:
+            heartbeat.cancel()
+
+    async def _extend(self, claim: Claim) -> None:
+        every = self._settings.visibility_s / 3
+        while True:
+            await asyncio.sleep(every)
+            with contextlib.suppress(StateStoreUnavailable):
+                if not await self._store.extend(claim, self._settings.visibility_s):
+                    return
+
+    async def _attempt(self, claim: Claim) -> None:
+        document = snapshot.decode(claim.payload)
+        now = self._clock()
+        try:
+            window_left = claim.expires_at - now
+            exchange = snapshot.thaw(
+                document, claim.id, max(0.001, min(self._settings.attempt_s, window_left)), self._thawing
+            )
+        except snapshot.UnknownPrincipal:
+            error = GatewayError(
+                "The API key that submitted this job is no longer valid.", code="invalid_api_key"
+            )
+            error.status = 401
+            await self._end(claim, results.failed(error, self._settings.results_keep_s))
+            return
+        exchange.trace = trace = self._tracer.begin(exchange)
+        try:
+            if window_left <= 0:
+                raise results.JobExpired("expired")
+            body = await self._answer(exchange, claim, document)
+            if body is None:  # handed to, or still pending in, the upstream's own queue
+                return
+            exchange.status = 200
+            exchange.first_byte_at = time.monotonic()
+            result = results.succeeded(body, self._settings.results_keep_s)
+        except results.JobExpired:
+            result = results.expired(document.get("last_error"), self._settings.results_keep_s)
+            exchange.status, exchange.error_code = 408, results.EXPIRED
+        except GatewayError as exc:
+            if self._may_retry(exc, claim):
+                await self._retry(claim, document, exc)
+                trace.end(exchange)
+                return
+            exchange.status, exchange.error_code = exc.status, exc.code
+            result = results.failed(exc, self._settings.results_keep_s)
+        except Exception:
+            logger.exception("job failed", extra={"request_id": claim.id})
+            error = InternalError(claim.id)
+            exchange.status, exchange.error_code = error.status, error.code
+            result = results.failed(error, self._settings.results_keep_s)
+        exchange.response_body = result.body
+        try:
+            await self._pipeline.finish(exchange)  # settle first: a result stored is a request charged
+        finally:
+            trace.end(exchange)
+        await self._end(claim, result)
+
+    async def _answer(
+        self, exchange: Exchange, claim: Claim, document: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        native = snapshot.native_of(document)
+        if native is None and exchange.candidates:
+            first = exchange.candidates[0]
+            upstream = self._forwarder.upstream(first.upstream)
+            if isinstance(upstream, QueueingUpstream) and upstream.queues(first.model):
+                native = NativeRef(first.upstream, first.model, "")
+        if native is None:
+            return await self._pipeline.respond(exchange)
+        return await self._native(exchange, claim, document, native)
+
+    async def _native(
+        self, exchange: Exchange, claim: Claim, document: dict[str, Any], native: NativeRef
+    ) -> dict[str, Any] | None:
+        upstream = self._forwarder.upstream(native.upstream)
+        assert isinstance(upstream, QueueingUpstream)
+        now = time.monotonic()
+        attempt = Attempt(native.upstream, native.model, now)
+        exchange.attempts.append(attempt)
+        remaining = exchange.deadline - now
+        request = UpstreamRequest(
+            endpoint=exchange.endpoint,
+            model=native.model,
+            body=exchange.body,
+            stream=False,
+            request_id=exchange.upstream_request_id,
+            deadline=exchange.deadline,
+            first_byte_timeout=remaining,
+            headers_timeout=remaining,
+            session_key=exchange.session_key,
+            trace_headers=exchange.trace.upstream_headers(attempt, upstream),
+        )
+        try:
+            if not native.request_id:
+                queued_id = await upstream.enqueue(request, claim.id)
+                ref = NativeRef(native.upstream, native.model, queued_id)
+                await self._later(claim, document, ref, "upstream_queued")
+                return None
+            response = await upstream.poll(request, native.request_id, claim.id)
+        except UpstreamError as exc:
+            attempt.ended_at, attempt.status, attempt.error = time.monotonic(), exc.status, exc.code
+            self._pipeline.guard_error(exchange, exc)
+            raise
+        attempt.ended_at = time.monotonic()
+        if response is None:
+            polled = NativeRef(native.upstream, native.model, native.request_id, native.polls + 1)
+            await self._later(claim, document, polled, "upstream_pending")
+            return None
+        attempt.status = 200
+        return self._pipeline.guard_response(exchange, response.body)
+
+    async def _later(self, claim: Claim, document: dict[str, Any], ref: NativeRef, cause: str) -> None:
+        delay = min(self._settings.native_poll_max_s, self._settings.native_poll_s * 2 ** min(ref.polls, 16))
+        payload = snapshot.encode(snapshot.with_native(document, ref))
+        await self._store.retry_later(claim, delay, cause, payload)
+
+    def _may_retry(self, error: GatewayError, claim: Claim) -> bool:
+        if not isinstance(error, UpstreamError) or not error.retryable:
+            return False
+        return self._clock() + self._backoff(claim.attempt) < claim.expires_at
+
+    async def _retry(self, claim: Claim, document: dict[str, Any], error: GatewayError) -> None:
+        cause = error.code or "upstream_error"
+        self.counters.retries[cause] += 1
+        if cause in THROTTLE_CODES:
+            self._gate.throttled()
+        delay = self._backoff(claim.attempt)
+        if isinstance(error, UpstreamError) and error.retry_after:
+            delay = max(delay, error.retry_after)
+        # A job handed to an upstream's queue whose poll failed goes on polling the same id.
+        payload = snapshot.encode({**document, "last_error": f"{cause}: {error.message[:200]}"})
+        await self._store.retry_later(claim, delay, cause, payload)
+
+    def _backoff(self, attempt: int) -> float:
+        settings = self._settings
+        ceiling = min(settings.retry_max_s, settings.retry_base_s * float(2 ** min(attempt - 1, 20)))
+        return ceiling * random.uniform(0.5, 1)
+
+    async def _end(self, claim: Claim, result: JobResult) -> None:
+        if not await self._store.finish(claim, result):
+            return  # the claim lapsed and another worker holds the job: its end is theirs
+        self.counters.completed[result.state.value] += 1
+        self.counters.completion_s.append(max(0.0, self._clock() - claim.created_at))
+        del self.counters.completion_s[:-10_000]
+        if self._notify is not None and result.state is not JobState.CANCELLED:
+            try:
+                await self._notify(claim, result)
+            except Exception:
+                logger.exception("job notification failed", extra={"request_id": claim.id})
