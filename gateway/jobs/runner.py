@@ -203,6 +203,8 @@ class JobRunner:
             return
         exchange.trace = trace = self._tracer.begin(exchange)
         try:
+            if await self._batch_cancelled(claim):
+                raise results.JobCancelled("cancelled")
             if window_left <= 0:
                 raise results.JobExpired("expired")
             body = await self._answer(exchange, claim, document)
@@ -214,13 +216,20 @@ class JobRunner:
         except results.JobExpired:
             result = results.expired(document.get("last_error"), self._settings.results_keep_s)
             exchange.status, exchange.error_code = 408, results.EXPIRED
+        except results.JobCancelled:
+            result = results.cancelled(self._settings.results_keep_s)
+            exchange.status, exchange.error_code = 499, results.CANCELLED
         except GatewayError as exc:
-            if self._may_retry(exc, claim):
+            if not self._may_retry(exc, claim):
+                exchange.status, exchange.error_code = exc.status, exc.code
+                result = results.failed(exc, self._settings.results_keep_s)
+            elif await self._batch_cancelled(claim):
+                result = results.cancelled(self._settings.results_keep_s)
+                exchange.status, exchange.error_code = 499, results.CANCELLED
+            else:
                 await self._retry(claim, document, exc)
                 trace.end(exchange)
                 return
-            exchange.status, exchange.error_code = exc.status, exc.code
-            result = results.failed(exc, self._settings.results_keep_s)
         except Exception:
             logger.exception("job failed", extra={"request_id": claim.id})
             error = InternalError(claim.id)
@@ -290,6 +299,13 @@ class JobRunner:
         delay = min(self._settings.native_poll_max_s, self._settings.native_poll_s * 2 ** min(ref.polls, 16))
         payload = snapshot.encode(snapshot.with_native(document, ref))
         await self._store.retry_later(claim, delay, cause, payload)
+
+    async def _batch_cancelled(self, claim: Claim) -> bool:
+        """A line of a batch being cancelled does not start, nor go back to the queue."""
+        if claim.batch_id is None:
+            return False
+        view = await self._store.batch(claim.tenant, claim.batch_id)
+        return view is not None and view.cancel_requested_at is not None
 
     def _may_retry(self, error: GatewayError, claim: Claim) -> bool:
         if not isinstance(error, UpstreamError) or not error.retryable:

@@ -47,10 +47,18 @@ def jobs_config(sim: RunningSimulator, tmp: Path, **overrides: Any) -> GatewayCo
                 "retries": 0,
                 "async_queue_models": ["@cf/moonshotai/kimi-k2.6"],
             },
+            "workers-sync": {
+                "kind": "workers_ai",
+                "account_id": "acct",
+                "api_token": UPSTREAM_KEY,
+                "base_url": sim.workers_ai_base_url,
+                "retries": 0,
+            },
         },
         "models": {
             "chat": [{"upstream": "local", "model": "sim-model"}],
             "kimi": [{"upstream": "workers", "model": "@cf/moonshotai/kimi-k2.6"}],
+            "kimi-sync": [{"upstream": "workers-sync", "model": "@cf/moonshotai/kimi-k2.6"}],
             "embed": [{"upstream": "local", "model": "sim-embed"}],
         },
         "prices": {"sim-model": SIM_PRICE, "@cf/moonshotai/kimi-k2.6": SIM_PRICE, "sim-embed": SIM_PRICE},
