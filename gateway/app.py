@@ -15,6 +15,7 @@ from adapters.policy import open_policy_engine
 from adapters.state import build_state_store, warn_if_not_durable
 from adapters.state.jobs import build_job_store
 from adapters.upstream import build_upstream
+from adapters.webhooks.http_sender import HttpWebhookSender
 from gateway.access_log import AccessLog
 from gateway.audit.completion import AuditCompletion
 from gateway.audit.queued_sink import QueuedSink
@@ -202,6 +203,7 @@ def build_services(
                 admit.authenticate,
                 upstream_ids,
                 telemetry.tracer,
+                HttpWebhookSender(),
             )
             if config.jobs is not None and gate is not None
             else None

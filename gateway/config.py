@@ -400,7 +400,9 @@ class JobsConfig(_Strict):
     native_poll_max_s: float = Field(30.0, gt=0)  # ...up to this
     webhook_timeout_s: float = Field(10.0, gt=0)
     webhook_attempts: int = Field(8, ge=1, le=50)  # deliveries tried, backing off from 1 s, before giving up
-    webhook_allow_private: bool = False  # allow webhook URLs on private, loopback or link-local addresses
+    webhook_retry_base_s: float = Field(1.0, gt=0)  # the wait after a failed delivery, doubling each time
+    webhook_hosts: list[str] = ["*"]  # hosts webhook URLs may name ("*.example.com", "*": any public host)
+    webhook_allow_private: bool = False  # allow http and private, loopback or link-local addresses
 
     @model_validator(mode="after")
     def _redis_needs_url(self) -> JobsConfig:

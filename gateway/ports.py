@@ -125,6 +125,17 @@ class QueueingUpstream(Protocol):
         ...
 
 
+class WebhookSender(Protocol):
+    """Posts one webhook delivery, following no redirect; the receiver's HTTP status, or None
+    when it gave none (no connection, a timeout)."""
+
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float
+    ) -> int | None: ...
+
+    async def aclose(self) -> None: ...
+
+
 class AuditSink(Protocol):
     """An append-only log of policy decisions and request completions.
 

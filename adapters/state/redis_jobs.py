@@ -17,6 +17,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
@@ -32,6 +33,7 @@ from gateway.jobs.records import (
     NewJob,
     QueueDepth,
     StoredFile,
+    Webhook,
 )
 
 _GROUP = "workers"
@@ -320,6 +322,27 @@ class RedisJobStore:
         if raw is None:
             return None
         return [_new_job(_fields(item)) for item in raw]
+
+    async def put_webhook(self, hook: Webhook) -> None:
+        document = orjson.dumps(
+            {
+                "id": hook.id,
+                "tenant": hook.tenant,
+                "url": hook.url,
+                "secret": hook.secret,
+                "created_at": hook.created_at,
+            }
+        )
+        await self._call(lambda: self._redis.hset(self._base + "webhooks:" + hook.tenant, hook.id, document))
+
+    async def webhooks(self, tenant: str) -> list[Webhook]:
+        raw = await self._call(lambda: self._redis.hgetall(self._base + "webhooks:" + tenant))
+        hooks = [Webhook(**orjson.loads(value)) for value in raw.values()]
+        return sorted(hooks, key=lambda hook: (hook.created_at, hook.id))
+
+    async def delete_webhook(self, tenant: str, hook_id: str) -> bool:
+        gone = await self._call(lambda: self._redis.hdel(self._base + "webhooks:" + tenant, hook_id))
+        return bool(gone)
 
     async def depth(self) -> list[QueueDepth]:
         async def run() -> list[QueueDepth]:

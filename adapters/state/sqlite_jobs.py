@@ -33,6 +33,7 @@ from gateway.jobs.records import (
     NewJob,
     QueueDepth,
     StoredFile,
+    Webhook,
 )
 
 T = TypeVar("T")
@@ -66,6 +67,11 @@ CREATE TABLE IF NOT EXISTS job_batches (
     cancel_requested_at REAL, last_finished_at REAL, keep_until REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS job_batches_tenant ON job_batches (tenant, created_at);
+CREATE TABLE IF NOT EXISTS job_webhooks (
+    id TEXT PRIMARY KEY, tenant TEXT NOT NULL, url TEXT NOT NULL, secret TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS job_webhooks_tenant ON job_webhooks (tenant, created_at);
 """
 
 
@@ -155,6 +161,15 @@ class SQLiteJobStore:
 
     async def cancel_batch(self, tenant: str, batch_id: str, result: JobResult) -> list[NewJob] | None:
         return await self._run(_cancel_batch, tenant, batch_id, result)
+
+    async def put_webhook(self, hook: Webhook) -> None:
+        await self._run(_put_webhook, hook)
+
+    async def webhooks(self, tenant: str) -> list[Webhook]:
+        return await self._run(_webhooks, tenant)
+
+    async def delete_webhook(self, tenant: str, hook_id: str) -> bool:
+        return await self._run(_delete_webhook, tenant, hook_id)
 
     async def depth(self) -> list[QueueDepth]:
         return await self._run(_depth)
@@ -465,6 +480,27 @@ def _cancel_batch(
         )
         for j in cancelled
     ]
+
+
+def _put_webhook(db: sqlite3.Connection, now: float, hook: Webhook) -> None:
+    db.execute(
+        "INSERT INTO job_webhooks (id, tenant, url, secret, created_at) VALUES (?, ?, ?, ?, ?)",
+        (hook.id, hook.tenant, hook.url, hook.secret, hook.created_at),
+    )
+
+
+def _webhooks(db: sqlite3.Connection, now: float, tenant: str) -> list[Webhook]:
+    rows = db.execute(
+        "SELECT id, tenant, url, secret, created_at FROM job_webhooks WHERE tenant = ?"
+        " ORDER BY created_at, id",
+        (tenant,),
+    ).fetchall()
+    return [Webhook(*row) for row in rows]
+
+
+def _delete_webhook(db: sqlite3.Connection, now: float, tenant: str, hook_id: str) -> bool:
+    cursor = db.execute("DELETE FROM job_webhooks WHERE id = ? AND tenant = ?", (hook_id, tenant))
+    return cursor.rowcount == 1
 
 
 def _depth(db: sqlite3.Connection, now: float) -> list[QueueDepth]:

@@ -24,9 +24,11 @@ from gateway.jobs.records import JobState, StoredFile
 from gateway.jobs.runner import JobRunner
 from gateway.jobs.store import JobStore
 from gateway.jobs.submit import Submitter, new_job_id
+from gateway.jobs.webhooks import DELIVERY_PREFIX
+from gateway.jobs.webhooks_api import WebhooksApi
 
 ASYNC_PATH = "/v1/async/"
-_PREFIXES = ("/v1/files", "/v1/batches", ASYNC_PATH)
+_PREFIXES = ("/v1/files", "/v1/batches", ASYNC_PATH, "/v1/webhooks")
 _MULTIPART_SLACK = 64 * 1024  # the form's own bytes around the file
 
 
@@ -55,6 +57,7 @@ class JobsApi:
         self._config = config
         self._clock = clock
         self._batches = BatchesApi(store, submitter, runner, config, clock)
+        self._webhooks = WebhooksApi(store, config, clock)
 
     def serves(self, path: str) -> bool:
         return path.startswith(_PREFIXES)
@@ -90,6 +93,8 @@ class JobsApi:
             return await self._files(request, tenant, parts[1:])
         if head == "batches":
             return await self._batches.handle(request, tenant, parts[1:])
+        if head == "webhooks":
+            return await self._webhooks.handle(request, tenant, parts[1:])
         raise NotFound(f"Unknown path {request.path}.", code="unknown_url")
 
     async def _async_job(self, request: ApiRequest, tenant: str, job_id: str) -> ApiAnswer:
@@ -102,7 +107,7 @@ class JobsApi:
         elif request.method not in ("GET", "HEAD"):
             raise MethodNotAllowed(f"Use GET (or DELETE, to cancel) for {request.path}.")
         view = await self._store.job(tenant, job_id)
-        if view is None or view.batch_id is not None:
+        if view is None or view.batch_id is not None or job_id.startswith(DELIVERY_PREFIX):
             raise NotFound(f"No async job {job_id!r}.", code="job_not_found")
         if view.state.final and view.body is not None and view.status is not None:
             return ApiAnswer(view.status, view.body)

@@ -14,8 +14,10 @@ from gateway.jobs.runner import JobRunner, RunnerSettings
 from gateway.jobs.snapshot import Thawing
 from gateway.jobs.store import JobStore
 from gateway.jobs.submit import Submitter
+from gateway.jobs.webhooks import Webhooks
 from gateway.metering.plan import MeterPlans
 from gateway.pipeline import Pipeline
+from gateway.ports import WebhookSender
 from gateway.redaction.settings import RedactionSettings
 from gateway.tracing import Tracer
 
@@ -30,6 +32,7 @@ class JobsParts:
     runner: JobRunner
     api: JobsApi
     gate: PullGate
+    webhooks: Webhooks
 
     def start(self, sync_in_flight: Callable[[], int]) -> None:
         """Once the server runs: pulling starts, gated by the synchronous calls in flight."""
@@ -38,6 +41,7 @@ class JobsParts:
 
     async def aclose(self) -> None:
         await self.runner.aclose()
+        await self.webhooks.aclose()
         await self.store.aclose()
 
 
@@ -53,6 +57,7 @@ def jobs_parts(
     authenticate: Callable[[str | None], Principal],
     upstream_ids: Callable[[str], str],
     tracer: Tracer,
+    sender: WebhookSender,
 ) -> JobsParts:
     jobs = config.jobs
     assert jobs is not None
@@ -69,8 +74,10 @@ def jobs_parts(
         native_poll_s=jobs.native_poll_s,
         native_poll_max_s=jobs.native_poll_max_s,
         results_keep_s=jobs.results_keep_s,
+        webhook_attempts=jobs.webhook_attempts,
     )
-    runner = JobRunner(store, pipeline, forwarder, thawing, gate, settings, tracer)
+    hooks = Webhooks(store, sender, jobs)
+    runner = JobRunner(store, pipeline, forwarder, thawing, gate, settings, tracer, hooks)
     submitter = Submitter(pipeline, upstream_ids, tracer)
     api = JobsApi(store, submitter, runner, authenticate, jobs)
-    return JobsParts(store, runner, api, gate)
+    return JobsParts(store, runner, api, gate, hooks)

@@ -136,3 +136,14 @@ class QueueDepth:
     queued: int
     running: int
     oldest_created_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """A URL a tenant registered for its completion events, and the secret that signs them."""
+
+    id: str
+    tenant: str
+    url: str
+    secret: str  # "whsec_" + base64 of the signing key (Standard Webhooks)
+    created_at: float

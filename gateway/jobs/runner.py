@@ -26,18 +26,19 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import GatewayError, InternalError, StateStoreUnavailable, UpstreamError
 from gateway.exchange import Attempt, Exchange
 from gateway.forward import Forwarder
-from gateway.jobs import results, snapshot
+from gateway.jobs import results, snapshot, webhooks
 from gateway.jobs.pull_gate import THROTTLE_CODES, PullGate
 from gateway.jobs.records import Claim, JobResult, JobState, NewJob
 from gateway.jobs.snapshot import NativeRef, Thawing
 from gateway.jobs.store import JobStore
+from gateway.jobs.webhooks import Webhooks
 from gateway.pipeline import Pipeline
 from gateway.ports import QueueingUpstream, UpstreamRequest
 from gateway.tracing import NO_TRACER, Tracer
@@ -59,6 +60,7 @@ class RunnerSettings:
     native_poll_s: float
     native_poll_max_s: float
     results_keep_s: float
+    webhook_attempts: int = 8
 
 
 @dataclass(slots=True)
@@ -68,9 +70,6 @@ class JobCounters:
     completed: Counter[str] = field(default_factory=Counter)  # final state -> jobs
     retries: Counter[str] = field(default_factory=Counter)  # cause (error code) -> retries
     completion_s: list[float] = field(default_factory=list)  # submission to result, drained by metrics
-
-
-Notify = Callable[[Claim, JobResult], Awaitable[None]]
 
 
 class JobRunner:
@@ -83,7 +82,7 @@ class JobRunner:
         gate: PullGate,
         settings: RunnerSettings,
         tracer: Tracer = NO_TRACER,
-        notify: Notify | None = None,
+        webhooks: Webhooks | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
@@ -93,7 +92,7 @@ class JobRunner:
         self._gate = gate
         self._settings = settings
         self._tracer = tracer
-        self._notify = notify
+        self._webhooks = webhooks
         self._clock = clock
         self.worker = f"{os.uname().nodename}:{os.getpid()}:{os.urandom(3).hex()}"
         self.counters = JobCounters()
@@ -101,6 +100,7 @@ class JobRunner:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._closing = False
+        self._webhook_attempts = settings.webhook_attempts
 
     @property
     def running(self) -> int:
@@ -168,7 +168,11 @@ class JobRunner:
     async def _run(self, claim: Claim) -> None:
         heartbeat = asyncio.ensure_future(self._extend(claim))
         try:
-            await self._attempt(claim)
+            document = snapshot.decode(claim.payload)
+            if document.get("kind") == webhooks.KIND:
+                await self._deliver(claim, document)
+            else:
+                await self._attempt(claim, document)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -186,11 +190,9 @@ class JobRunner:
                 if not await self._store.extend(claim, self._settings.visibility_s):
                     return
 
-    async def _attempt(self, claim: Claim) -> None:
-        document = snapshot.decode(claim.payload)
-        now = self._clock()
+    async def _attempt(self, claim: Claim, document: dict[str, Any]) -> None:
+        window_left = claim.expires_at - self._clock()
         try:
-            window_left = claim.expires_at - now
             exchange = snapshot.thaw(
                 document, claim.id, max(0.001, min(self._settings.attempt_s, window_left)), self._thawing
             )
@@ -329,14 +331,27 @@ class JobRunner:
         ceiling = min(settings.retry_max_s, settings.retry_base_s * float(2 ** min(attempt - 1, 20)))
         return ceiling * random.uniform(0.5, 1)
 
+    async def _deliver(self, claim: Claim, document: dict[str, Any]) -> None:
+        """A webhook delivery: posted, then finished, or retried after a backoff while attempts remain."""
+        hooks = self._webhooks
+        delivered = await hooks.deliver(claim, document) if hooks is not None else None
+        if delivered is False and hooks is not None and claim.attempt < self._webhook_attempts:
+            self.counters.retries["webhook_failed"] += 1
+            await self._store.retry_later(claim, hooks.retry_in(claim.attempt), "webhook_failed")
+            return
+        state = (
+            JobState.SUCCEEDED if delivered else JobState.FAILED if delivered is False else JobState.CANCELLED
+        )
+        await self._store.finish(claim, JobResult(state, 200 if delivered else 502, b"{}", webhooks.KEEP_S))
+
     async def _end(self, claim: Claim, result: JobResult) -> None:
         if not await self._store.finish(claim, result):
             return  # the claim lapsed and another worker holds the job: its end is theirs
         self.counters.completed[result.state.value] += 1
         self.counters.completion_s.append(max(0.0, self._clock() - claim.created_at))
         del self.counters.completion_s[:-10_000]
-        if self._notify is not None and result.state is not JobState.CANCELLED:
+        if self._webhooks is not None:
             try:
-                await self._notify(claim, result)
+                await self._webhooks.notify(claim, result)
             except Exception:
                 logger.exception("job notification failed", extra={"request_id": claim.id})

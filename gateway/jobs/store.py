@@ -31,6 +31,7 @@ from gateway.jobs.records import (
     NewJob,
     QueueDepth,
     StoredFile,
+    Webhook,
 )
 
 
@@ -85,6 +86,14 @@ class JobStore(Protocol):
     async def cancel_batch(self, tenant: str, batch_id: str, result: JobResult) -> list[NewJob] | None:
         """Mark the batch cancelled and cancel its jobs not started; None for an unknown batch."""
         ...
+
+    async def put_webhook(self, hook: Webhook) -> None: ...
+
+    async def webhooks(self, tenant: str) -> list[Webhook]:
+        """The tenant's webhooks, oldest first."""
+        ...
+
+    async def delete_webhook(self, tenant: str, hook_id: str) -> bool: ...
 
     async def depth(self) -> list[QueueDepth]: ...
 

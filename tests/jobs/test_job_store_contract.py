@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway.jobs.records import JobResult, JobState, NewBatch, NewJob, StoredFile
+from gateway.jobs.records import JobResult, JobState, NewBatch, NewJob, StoredFile, Webhook
 from gateway.jobs.store import JobStore
 from tests.jobs.conftest import Clock
 
@@ -198,3 +198,16 @@ async def test_results_are_deleted_after_their_keeping_time(job_store: JobStore,
         clock.advance(1)
         await job_store.purge()
         await asyncio.sleep(0.05)
+
+
+async def test_webhooks_are_the_tenants_own(job_store: JobStore) -> None:
+    now = time.time()
+    await job_store.put_webhook(Webhook("wh-1", "alpha", "https://a.example/hook", "whsec_a", now))
+    await job_store.put_webhook(Webhook("wh-2", "alpha", "https://b.example/hook", "whsec_b", now + 1))
+    await job_store.put_webhook(Webhook("wh-3", "beta", "https://c.example/hook", "whsec_c", now))
+    assert [h.id for h in await job_store.webhooks("alpha")] == ["wh-1", "wh-2"]
+    assert (await job_store.webhooks("alpha"))[0].secret == "whsec_a"
+    assert not await job_store.delete_webhook("beta", "wh-1")
+    assert await job_store.delete_webhook("alpha", "wh-1")
+    assert [h.id for h in await job_store.webhooks("alpha")] == ["wh-2"]
+    assert [h.url for h in await job_store.webhooks("beta")] == ["https://c.example/hook"]
