@@ -31,7 +31,7 @@ from gateway.exchange import Candidate, Principal, Tenant
 from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
-from gateway.jobs.parts import jobs_parts, pull_gate
+from gateway.jobs.parts import JobsBase, jobs_parts, pull_gate
 from gateway.jobs.pull_gate import ThrottleWatch
 from gateway.keys import KeyRing, key_id
 from gateway.metering.counted import CountedUsage
@@ -167,8 +167,10 @@ def build_services(
             *([AccessLog()] if config.server.access_log else []),
             *([AuditCompletion(audit)] if audit else []),
         ]
-        gate = pull_gate(config.jobs) if config.jobs is not None else None
-        finishers.extend([ThrottleWatch(gate)] if gate is not None else [])  # throttling pauses job pulls
+        base = JobsBase(build_job_store(config.jobs), pull_gate(config.jobs)) if config.jobs else None
+        finishers.extend(
+            [ThrottleWatch(base.gate)] if base is not None else []
+        )  # throttling pauses job pulls
         # Redaction before the tool-call guard: restored arguments are what get checked.
         redaction_guard = RedactionGuard(redaction_counters)
         guards: list[ResponseGuard] = [
@@ -186,6 +188,7 @@ def build_services(
             audit=audit,
             metrics_dir=metrics_dir_from_env(),
             policy_queue=engine.evaluation_queue() if engine is not None else None,
+            jobs=(base.store.depth, base.counters) if base is not None else None,
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
         pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
@@ -193,10 +196,9 @@ def build_services(
         jobs = (
             jobs_parts(
                 config,
-                build_job_store(config.jobs),
+                base,
                 pipeline,
                 forwarder,
-                gate,
                 {principal.key_id: principal for principal in principals_from(config, tenants)},
                 metering is not None,
                 redaction_settings,
@@ -205,7 +207,7 @@ def build_services(
                 telemetry.tracer,
                 HttpWebhookSender(),
             )
-            if config.jobs is not None and gate is not None
+            if base is not None
             else None
         )
 

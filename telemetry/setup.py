@@ -28,6 +28,7 @@ from gateway.tracing import NO_TRACER, Tracer
 from telemetry import instruments as spec
 from telemetry import names as n
 from telemetry.exporters import metric_exporter, span_exporter
+from telemetry.jobs import JobsSource, measure_jobs
 from telemetry.labels import WorkflowLabels
 from telemetry.metrics_service import AsyncSource, MetricsService, OtlpPush
 from telemetry.recorder import MetricsRecorder
@@ -63,6 +64,7 @@ def build_telemetry(
     audit: AuditSink | None = None,
     metrics_dir: Path | None = None,
     policy_queue: EvaluationQueue | None = None,
+    jobs: JobsSource | None = None,
 ) -> Telemetry:
     settings = config.telemetry
     resource = _resource(config)
@@ -103,6 +105,8 @@ def build_telemetry(
             registry.observed(spec.BUDGET_LIMIT, lambda: limits)
             async_sources.append((spec.BUDGET_USED, budgets.used))
     registry.observed(spec.CIRCUIT_STATE, circuit_states(routes))
+    if jobs is not None:
+        async_sources.extend(measure_jobs(registry, jobs))
     if policy_queue is not None:
         _measure_policy_queue(registry, policy_queue)
     otlp = settings.metrics.otlp

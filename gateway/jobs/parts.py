@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.config import GatewayConfig, JobsConfig
 from gateway.exchange import Principal
 from gateway.forward import Forwarder
 from gateway.jobs.api import JobsApi
+from gateway.jobs.counters import JobCounters
 from gateway.jobs.pull_gate import PullGate
 from gateway.jobs.runner import JobRunner, RunnerSettings
 from gateway.jobs.snapshot import Thawing
@@ -24,6 +25,16 @@ from gateway.tracing import Tracer
 
 def pull_gate(jobs: JobsConfig) -> PullGate:
     return PullGate(jobs.pull_while_sync_below, jobs.throttle_pause_s)
+
+
+@dataclass(frozen=True, slots=True)
+class JobsBase:
+    """What exists before the pipeline: the store, the pull gate (its finisher watches for
+    throttling), and the counters telemetry reads."""
+
+    store: JobStore
+    gate: PullGate
+    counters: JobCounters = field(default_factory=JobCounters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +58,9 @@ class JobsParts:
 
 def jobs_parts(
     config: GatewayConfig,
-    store: JobStore,
+    base: JobsBase,
     pipeline: Pipeline,
     forwarder: Forwarder,
-    gate: PullGate,
     principals: Mapping[str, Principal],
     metered: bool,
     redaction: RedactionSettings,
@@ -59,6 +69,7 @@ def jobs_parts(
     tracer: Tracer,
     sender: WebhookSender,
 ) -> JobsParts:
+    store, gate, counters = base.store, base.gate, base.counters
     jobs = config.jobs
     assert jobs is not None
     plans = MeterPlans(config) if metered else None
@@ -77,7 +88,7 @@ def jobs_parts(
         webhook_attempts=jobs.webhook_attempts,
     )
     hooks = Webhooks(store, sender, jobs)
-    runner = JobRunner(store, pipeline, forwarder, thawing, gate, settings, tracer, hooks)
+    runner = JobRunner(store, pipeline, forwarder, thawing, gate, settings, tracer, hooks, counters)
     submitter = Submitter(pipeline, upstream_ids, tracer)
     api = JobsApi(store, submitter, runner, authenticate, jobs)
     return JobsParts(store, runner, api, gate, hooks)

@@ -25,15 +25,15 @@ import logging
 import os
 import random
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import GatewayError, InternalError, StateStoreUnavailable, UpstreamError
 from gateway.exchange import Attempt, Exchange
 from gateway.forward import Forwarder
 from gateway.jobs import results, snapshot, webhooks
+from gateway.jobs.counters import JobCounters
 from gateway.jobs.pull_gate import THROTTLE_CODES, PullGate
 from gateway.jobs.records import Claim, JobResult, JobState, NewJob
 from gateway.jobs.snapshot import NativeRef, Thawing
@@ -63,15 +63,6 @@ class RunnerSettings:
     webhook_attempts: int = 8
 
 
-@dataclass(slots=True)
-class JobCounters:
-    """Counts for metrics: read by telemetry, written only here."""
-
-    completed: Counter[str] = field(default_factory=Counter)  # final state -> jobs
-    retries: Counter[str] = field(default_factory=Counter)  # cause (error code) -> retries
-    completion_s: list[float] = field(default_factory=list)  # submission to result, drained by metrics
-
-
 class JobRunner:
     def __init__(
         self,
@@ -83,6 +74,7 @@ class JobRunner:
         settings: RunnerSettings,
         tracer: Tracer = NO_TRACER,
         webhooks: Webhooks | None = None,
+        counters: JobCounters | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
@@ -95,7 +87,7 @@ class JobRunner:
         self._webhooks = webhooks
         self._clock = clock
         self.worker = f"{os.uname().nodename}:{os.getpid()}:{os.urandom(3).hex()}"
-        self.counters = JobCounters()
+        self.counters = counters if counters is not None else JobCounters()
         self._running: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -347,9 +339,7 @@ class JobRunner:
     async def _end(self, claim: Claim, result: JobResult) -> None:
         if not await self._store.finish(claim, result):
             return  # the claim lapsed and another worker holds the job: its end is theirs
-        self.counters.completed[result.state.value] += 1
-        self.counters.completion_s.append(max(0.0, self._clock() - claim.created_at))
-        del self.counters.completion_s[:-10_000]
+        self.counters.finished(result.state.value, max(0.0, self._clock() - claim.created_at))
         if self._webhooks is not None:
             try:
                 await self._webhooks.notify(claim, result)

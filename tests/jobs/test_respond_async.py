@@ -142,3 +142,27 @@ def test_a_cancelled_job_never_runs_and_gives_back_its_reservation(
             "SELECT COUNT(*) FROM reservations WHERE tenant = 'alpha' AND state = 'o'"
         ).fetchone()
     assert open_reservations == 0
+
+
+def test_metrics_show_the_queue_retries_by_cause_and_time_to_completion(
+    http: httpx.Client, sim: RunningSimulator
+) -> None:
+    sim.faults.set({"status": 429, "code": 3040}, count=1)
+    accepted = http.post(CHAT, json=question("count me"), headers={**auth(), **ASYNC})
+    assert poll_job(http, accepted.headers["location"], auth()).status_code == 200
+    page = http.get("/metrics").text
+    assert 'tollgate_jobs_retries_total{tollgate_cause="upstream_rate_limited"}' in page
+    assert "tollgate_jobs_time_to_completion_seconds_count" in page
+    assert 'tollgate_jobs_finished_total{tollgate_state="succeeded"}' in page
+    sim.faults.set({"status": 503})  # a job that stays in the queue shows in its depth and age
+    waiting = http.post(CHAT, json=question("still waiting"), headers={**auth(), **ASYNC})
+    page = http.get("/metrics").text
+    depth = [line for line in page.splitlines() if line.startswith("tollgate_jobs_queue_depth{")]
+    assert {line.rsplit(" ", 1)[0] for line in depth} == {
+        'tollgate_jobs_queue_depth{tollgate_state="queued",tollgate_tenant="alpha"}',
+        'tollgate_jobs_queue_depth{tollgate_state="running",tollgate_tenant="alpha"}',
+    }
+    assert sum(float(line.rsplit(" ", 1)[1]) for line in depth) == 1.0
+    assert 'tollgate_jobs_queue_oldest_age_seconds{tollgate_tenant="alpha"}' in page
+    sim.faults.clear()
+    assert poll_job(http, waiting.headers["location"], auth()).status_code == 200
