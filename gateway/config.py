@@ -389,8 +389,11 @@ class JobsConfig(_Strict):
     visibility_s: float = Field(60.0, ge=1)  # a claim not extended for this long is taken over
     # Sync traffic keeps priority: a worker claims jobs only while fewer synchronous model calls
     # than this are in flight in it, and not for `throttle_pause_s` after an upstream throttled.
-    pull_while_sync_below: int = Field(16, ge=1)
+    pull_while_sync_below: int = Field(1, ge=1)
     throttle_pause_s: float = Field(2.0, ge=0)
+    yield_to_sync: bool = (
+        True  # a running job also waits, at each step, while a synchronous call is in flight
+    )
     retry_base_s: float = Field(1.0, gt=0)  # backoff after a capacity error, doubling per attempt...
     retry_max_s: float = Field(60.0, gt=0)  # ...up to this, with jitter
     attempt_timeout_s: float | None = Field(

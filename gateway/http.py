@@ -84,8 +84,8 @@ class Services:
     policy_readiness: tuple[str, Callable[[], Awaitable[EngineReadiness]]] | None = None
     # Async jobs, batches and files (gateway/jobs/api.py); None: not configured
     jobs: JobsApi | None = None
-    # Called once started, with the count of synchronous model calls in flight (the job puller's gate)
-    attach_load: Callable[[Callable[[], int]], None] | None = None
+    # Called once started, with the edge itself: its synchronous calls gate the job puller
+    attach_load: Callable[[Any], None] | None = None
 
 
 class GatewayASGI:
@@ -124,7 +124,7 @@ class GatewayASGI:
                 try:
                     self._services = await self._build()
                     if self._services.attach_load is not None:
-                        self._services.attach_load(lambda: self._in_flight)
+                        self._services.attach_load(self)
                 except Exception as exc:
                     logger.exception("startup failed")
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})

@@ -1,11 +1,13 @@
 """The embedded job store: one SQLite file (WAL mode) shared by every worker process on the
 machine, implementing the `JobStore` port (gateway/jobs/store.py).
 
-Each operation is one `BEGIN IMMEDIATE` transaction, so the file's write lock makes it
-atomic against every other process: two workers never claim the same job, and a job is
-never lost (a claim that lapses puts it back within reach of `claim`). The connection
-lives on one thread of its own (sqlite3 blocks). The file is apart from the metering
-store's, so a queue of thousands of jobs never holds the budget's lock.
+Each operation runs inside a `BEGIN IMMEDIATE` transaction, so the file's write lock makes
+it atomic against every other process: two workers never claim the same job, and a job is
+never lost (a claim that lapses puts it back within reach of `claim`). The connection lives
+on one thread of its own (sqlite3 blocks); operations that arrive while it is busy run
+together in one transaction (group commit: a loaded worker pays one lock and one commit for
+many), and should one of them fail, each runs again alone. The file is apart from the
+metering store's, so a queue of thousands of jobs never holds the budget's lock.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -37,6 +40,7 @@ from gateway.jobs.records import (
 )
 
 T = TypeVar("T")
+_Call = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]", asyncio.AbstractEventLoop]
 
 _BUSY_TIMEOUT_MS = 10_000
 _JOB_COLUMNS = (
@@ -83,6 +87,9 @@ class SQLiteJobStore:
         self._clock = clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tollgate-jobs")
         self._db: sqlite3.Connection | None = None
+        self._guard = threading.Lock()  # the pending list is shared by the event loop and the store's thread
+        self._pending: list[_Call] = []
+        self._draining = False
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
@@ -94,24 +101,63 @@ class SQLiteJobStore:
             self._db = db
         return self._db
 
-    def _transact(self, operation: Callable[..., T], args: tuple[Any, ...]) -> T:
-        db = self._connection()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            result = operation(db, self._clock(), *args)
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
-        return result
-
     async def _run(self, operation: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        with self._guard:
+            self._pending.append((operation, args, future, loop))
+            start = not self._draining
+            self._draining = True
+        if start:
+            self._executor.submit(self._drain)
         try:
-            return await loop.run_in_executor(self._executor, self._transact, operation, args)
+            return await future
         except (sqlite3.Error, OSError) as exc:
             raise StateStoreUnavailable(f"The job store (SQLite file {self._path}) failed: {exc}.") from exc
+
+    def _drain(self) -> None:
+        """On the store's thread: what is pending, one transaction per batch, until nothing is."""
+        while True:
+            with self._guard:
+                batch, self._pending = self._pending, []
+                if not batch:
+                    self._draining = False
+                    return
+            for (_, _, future, loop), outcome in zip(batch, self._transact(batch), strict=True):
+                with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
+                    loop.call_soon_threadsafe(_resolve, future, outcome)
+
+    def _transact(self, batch: list[_Call]) -> list[object]:
+        """Group commit: the batch in one transaction; should one operation fail, each runs
+        again in a transaction of its own, so only the failing one is refused."""
+        try:
+            db = self._connection()
+        except (sqlite3.Error, OSError) as exc:
+            return [exc] * len(batch)
+        outcomes = self._in_one_transaction(db, batch)
+        if outcomes is not None:
+            return outcomes
+        return [self._in_one_transaction(db, [call]) or [RuntimeError("unreachable")] for call in batch]
+
+    def _in_one_transaction(self, db: sqlite3.Connection, batch: list[_Call]) -> list[object] | None:
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            return [exc] * len(batch)
+        try:
+            now = self._clock()
+            outcomes: list[object] = [operation(db, now, *args) for operation, args, _, _ in batch]
+        except Exception as exc:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            return [exc] if len(batch) == 1 else None
+        try:
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            return [exc] * len(batch)
+        return outcomes
 
     async def submit(self, jobs: list[NewJob]) -> None:
         await self._run(_insert_jobs, jobs)
@@ -185,6 +231,15 @@ class SQLiteJobStore:
 
         await asyncio.get_running_loop().run_in_executor(self._executor, close)
         self._executor.shutdown(wait=True)
+
+
+def _resolve(future: asyncio.Future[Any], outcome: object) -> None:
+    if future.done():  # the caller went away
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 def _insert_jobs(db: sqlite3.Connection, now: float, jobs: list[NewJob]) -> None:

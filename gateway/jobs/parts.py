@@ -10,7 +10,7 @@ from gateway.exchange import Principal
 from gateway.forward import Forwarder
 from gateway.jobs.api import JobsApi
 from gateway.jobs.counters import JobCounters
-from gateway.jobs.pull_gate import PullGate
+from gateway.jobs.pull_gate import PullGate, SyncLoad
 from gateway.jobs.runner import JobRunner, RunnerSettings
 from gateway.jobs.snapshot import Thawing
 from gateway.jobs.store import JobStore
@@ -24,7 +24,7 @@ from gateway.tracing import Tracer
 
 
 def pull_gate(jobs: JobsConfig) -> PullGate:
-    return PullGate(jobs.pull_while_sync_below, jobs.throttle_pause_s)
+    return PullGate(jobs.pull_while_sync_below, jobs.throttle_pause_s, jobs.yield_to_sync)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +45,9 @@ class JobsParts:
     gate: PullGate
     webhooks: Webhooks
 
-    def start(self, sync_in_flight: Callable[[], int]) -> None:
-        """Once the server runs: pulling starts, gated by the synchronous calls in flight."""
-        self.gate.attach(sync_in_flight)
+    def start(self, load: SyncLoad) -> None:
+        """Once the server runs: pulling starts, gated by its synchronous calls."""
+        self.gate.attach(load)
         self.runner.start()
 
     async def aclose(self) -> None:

@@ -46,6 +46,7 @@ from gateway.tracing import NO_TRACER, Tracer
 logger = logging.getLogger("tollgate.jobs")
 
 _PURGE_EVERY_S = 60.0
+_CANCEL_CHECK_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,7 @@ class JobRunner:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._closing = False
+        self._cancel_checks: dict[str, tuple[float, bool]] = {}  # batch id -> (when read, cancelled)
         self._webhook_attempts = settings.webhook_attempts
 
     @property
@@ -144,7 +146,7 @@ class JobRunner:
             for claim in claimed:
                 task = asyncio.ensure_future(self._run(claim))
                 self._running.add(task)
-                task.add_done_callback(self._running.discard)
+                task.add_done_callback(self._ran)
             if time.monotonic() >= next_purge:
                 next_purge = time.monotonic() + _PURGE_EVERY_S
                 with contextlib.suppress(Exception):
@@ -156,6 +158,11 @@ class JobRunner:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(settings.idle_poll_s):
                     await self._wake.wait()
+
+    def _ran(self, task: asyncio.Task[None]) -> None:
+        """A slot is free: the pull loop looks for the next job now, not at its next poll."""
+        self._running.discard(task)
+        self._wake.set()
 
     async def _run(self, claim: Claim) -> None:
         heartbeat = asyncio.ensure_future(self._extend(claim))
@@ -201,6 +208,7 @@ class JobRunner:
                 raise results.JobCancelled("cancelled")
             if window_left <= 0:
                 raise results.JobExpired("expired")
+            await self._gate.step()
             body = await self._answer(exchange, claim, document)
             if body is None:  # handed to, or still pending in, the upstream's own queue
                 return
@@ -217,7 +225,7 @@ class JobRunner:
             if not self._may_retry(exc, claim):
                 exchange.status, exchange.error_code = exc.status, exc.code
                 result = results.failed(exc, self._settings.results_keep_s)
-            elif await self._batch_cancelled(claim):
+            elif await self._batch_cancelled(claim, fresh=True):
                 result = results.cancelled(self._settings.results_keep_s)
                 exchange.status, exchange.error_code = 499, results.CANCELLED
             else:
@@ -230,6 +238,7 @@ class JobRunner:
             exchange.status, exchange.error_code = error.status, error.code
             result = results.failed(error, self._settings.results_keep_s)
         exchange.response_body = result.body
+        await self._gate.step()
         try:
             await self._pipeline.finish(exchange)  # settle first: a result stored is a request charged
         finally:
@@ -294,12 +303,22 @@ class JobRunner:
         payload = snapshot.encode(snapshot.with_native(document, ref))
         await self._store.retry_later(claim, delay, cause, payload)
 
-    async def _batch_cancelled(self, claim: Claim) -> bool:
-        """A line of a batch being cancelled does not start, nor go back to the queue."""
+    async def _batch_cancelled(self, claim: Claim, fresh: bool = False) -> bool:
+        """A line of a batch being cancelled does not start, nor go back to the queue. Before
+        a start the answer is reused for `_CANCEL_CHECK_S` (a cancel stops new starts within
+        that long); before going back to the queue it is read `fresh`."""
         if claim.batch_id is None:
             return False
+        now = time.monotonic()
+        known = self._cancel_checks.get(claim.batch_id)
+        if not fresh and known is not None and now - known[0] < _CANCEL_CHECK_S:
+            return known[1]
         view = await self._store.batch(claim.tenant, claim.batch_id)
-        return view is not None and view.cancel_requested_at is not None
+        cancelled = view is not None and view.cancel_requested_at is not None
+        if len(self._cancel_checks) > 1024:
+            self._cancel_checks.clear()
+        self._cancel_checks[claim.batch_id] = (now, cancelled)
+        return cancelled
 
     def _may_retry(self, error: GatewayError, claim: Claim) -> bool:
         if not isinstance(error, UpstreamError) or not error.retryable:
