@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import GatewayError, InternalError, StateStoreUnavailable, UpstreamError
+from gateway.errors import GatewayError, InternalError, StateStoreUnavailable, UpstreamError, UpstreamTimeout
 from gateway.exchange import Attempt, Exchange
 from gateway.forward import Forwarder
 from gateway.jobs import results, snapshot, webhooks
@@ -222,16 +222,12 @@ class JobRunner:
             result = results.cancelled(self._settings.results_keep_s)
             exchange.status, exchange.error_code = 499, results.CANCELLED
         except GatewayError as exc:
-            if not self._may_retry(exc, claim):
-                exchange.status, exchange.error_code = exc.status, exc.code
-                result = results.failed(exc, self._settings.results_keep_s)
-            elif await self._batch_cancelled(claim, fresh=True):
-                result = results.cancelled(self._settings.results_keep_s)
-                exchange.status, exchange.error_code = 499, results.CANCELLED
-            else:
-                await self._retry(claim, document, exc)
+            failure = await self._failure(exc, claim, document, window_left)
+            if failure is None:  # back to the queue: nothing settles, nothing is stored
                 trace.end(exchange)
                 return
+            result = failure
+            exchange.status, exchange.error_code = failure.status, _code(failure)
         except Exception:
             logger.exception("job failed", extra={"request_id": claim.id})
             error = InternalError(claim.id)
@@ -320,10 +316,23 @@ class JobRunner:
         self._cancel_checks[claim.batch_id] = (now, cancelled)
         return cancelled
 
-    def _may_retry(self, error: GatewayError, claim: Claim) -> bool:
-        if not isinstance(error, UpstreamError) or not error.retryable:
-            return False
-        return self._clock() + self._backoff(claim.attempt) < claim.expires_at
+    async def _failure(
+        self, error: GatewayError, claim: Claim, document: dict[str, Any], window_left: float
+    ) -> JobResult | None:
+        """The job's result after a failed attempt, or None when it went back to the queue."""
+        keep_s = self._settings.results_keep_s
+        if not (isinstance(error, UpstreamError) and error.retryable):
+            return results.failed(error, keep_s)
+        if await self._batch_cancelled(claim, fresh=True):
+            return results.cancelled(keep_s)
+        if self._clock() + self._backoff(claim.attempt) < claim.expires_at:
+            await self._retry(claim, document, error)
+            return None
+        # Another try would come after the window: the job ends. Its reason is this error,
+        # unless this attempt was only cut short by the window's end (then the one before it).
+        cut_short = isinstance(error, UpstreamTimeout) and window_left < self._settings.attempt_s
+        reason = document.get("last_error") if cut_short and document.get("last_error") else _cause(error)
+        return results.expired(reason, keep_s)
 
     async def _retry(self, claim: Claim, document: dict[str, Any], error: GatewayError) -> None:
         cause = error.code or "upstream_error"
@@ -334,7 +343,7 @@ class JobRunner:
         if isinstance(error, UpstreamError) and error.retry_after:
             delay = max(delay, error.retry_after)
         # A job handed to an upstream's queue whose poll failed goes on polling the same id.
-        payload = snapshot.encode({**document, "last_error": f"{cause}: {error.message[:200]}"})
+        payload = snapshot.encode({**document, "last_error": _cause(error)})
         await self._store.retry_later(claim, delay, cause, payload)
 
     def _backoff(self, attempt: int) -> float:
@@ -364,3 +373,12 @@ class JobRunner:
                 await self._webhooks.notify(claim, result)
             except Exception:
                 logger.exception("job notification failed", extra={"request_id": claim.id})
+
+
+def _cause(error: GatewayError) -> str:
+    return f"{error.code or 'upstream_error'}: {error.message[:200]}"
+
+
+def _code(result: JobResult) -> str | None:
+    error = snapshot.decode(result.body).get("error")
+    return error.get("code") if isinstance(error, dict) else None
