@@ -47,6 +47,7 @@ logger = logging.getLogger("tollgate.jobs")
 
 _PURGE_EVERY_S = 60.0
 _CANCEL_CHECK_S = 0.5
+_CLOSE_GRACE_S = 10.0  # on shutdown, jobs under way get this long to finish
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,13 +108,20 @@ class JobRunner:
         """A job was just submitted in this process: look now rather than at the next poll."""
         self._wake.set()
 
-    async def aclose(self) -> None:
-        """Stop pulling; jobs under way are abandoned, and their claims lapse to another worker."""
+    async def aclose(self, grace_s: float = _CLOSE_GRACE_S) -> None:
+        """Stop pulling; jobs under way get `grace_s` to finish, then go back to the queue
+        (a job cut short runs again elsewhere: nothing was settled or stored for it)."""
         self._closing = True
-        tasks = [t for t in (self._loop_task, *self._running) if t is not None]
-        for task in tasks:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._loop_task
+        running = list(self._running)
+        if running:
+            await asyncio.wait(running, timeout=grace_s)
+        for task in running:
             task.cancel()
-        for task in tasks:
+        for task in running:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
@@ -173,6 +181,8 @@ class JobRunner:
             else:
                 await self._attempt(claim, document)
         except asyncio.CancelledError:
+            with contextlib.suppress(Exception):  # the worker is stopping: the job goes back now
+                await self._store.retry_later(claim, 0, "shutdown")
             raise
         except Exception:
             logger.exception("job attempt failed", extra={"request_id": claim.id})
