@@ -197,6 +197,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _, sim_port = start_simulator(procs, tmp)
             port = free_port()
             jobs = json.loads(args.jobs_config) if args.jobs_config else {}
+            if args.job_worker:
+                jobs["pull"] = False  # the gateway accepts jobs; a niced jobs-worker process runs them
             config = tmp / "gateway.json"
             config.write_text(json.dumps(gateway_config(sim_port, tmp, jobs)))
             log = tmp / "gateway.log"
@@ -212,6 +214,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ]
             proc = procs.start("gateway", [*argv, "--workers", "1"], log)
             wait_http_ok(f"http://{HOST}:{port}/healthz", proc, "gateway", log)
+            if args.job_worker:
+                worker = [
+                    sys.executable,
+                    "-m",
+                    "gateway.cli",
+                    "jobs-worker",
+                    "--config",
+                    str(config),
+                    "--nice",
+                    str(args.nice),
+                ]
+                procs.start("jobs-worker", worker, tmp / "jobs-worker.log")
             result = asyncio.run(measure(f"http://{HOST}:{port}", args))
             result["jobs_config"] = jobs
             return result
@@ -274,11 +288,15 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--jobs-config", default="", help="JSON: overrides of the gateway's jobs block")
+    parser.add_argument(
+        "--job-worker", action="store_true", help="jobs run in a `tollgate jobs-worker` process"
+    )
+    parser.add_argument("--nice", type=int, default=10, help="the jobs worker's OS priority increment")
     parser.add_argument("--no-doc", action="store_true")
     args = parser.parse_args()
     with machine_lock():
         result = run(args)
-    result.update(connections=args.connections, rate=args.rate)
+    result.update(connections=args.connections, rate=args.rate, job_worker=args.job_worker, nice=args.nice)
     RESULTS_DIR.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     (RESULTS_DIR / f"jobs-{stamp}.json").write_text(json.dumps(result, indent=2))

@@ -73,6 +73,14 @@ def main(argv: list[str] | None = None) -> int:
             if args.first_key:
                 _ensure_first_key(args.config, load_config(args.config), label="first")
             return _serve(args.config, args.host, args.port, args.workers)
+        if args.command == "jobs-worker":
+            from gateway.jobs.worker import run_jobs_worker
+            from gateway.logs import configure_logging
+            from gateway.redaction.settings import scrubber_for
+
+            worker_config = load_config(args.config)
+            configure_logging(worker_config.server.log_level, scrubber_for(worker_config))
+            return run_jobs_worker(worker_config, args.nice)
         if args.command == "dev":
             return _dev(args.config, args.host, args.port, args.sim_port, args.sim_profile)
         if args.command == "keys":
@@ -102,6 +110,12 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         action="store_true",
         help="with no key configured, mint one into keys_file and print it once (a container's first start)",
     )
+
+    jobs_worker = commands.add_parser(
+        "jobs-worker", help="run async jobs only, serving no HTTP (docs/async.md)"
+    )
+    _config_arg(jobs_worker)
+    jobs_worker.add_argument("--nice", type=int, default=10, help="OS priority increment (default 10)")
 
     dev = commands.add_parser("dev", help="run the gateway and a local upstream simulator")
     _config_arg(dev)

@@ -383,6 +383,9 @@ class JobsConfig(_Strict):
     results_keep_s: float = Field(7 * 86_400.0, gt=0)  # results, batches and files are deleted after this
     max_file_bytes: int = Field(100 * 1024 * 1024, ge=1024)  # an upload past this is refused unread
     max_batch_lines: int = Field(50_000, ge=1)
+    # Whether the gateway's own workers run jobs; false: they only accept them, and
+    # `tollgate jobs-worker` processes (at a lower OS priority) run them.
+    pull: bool = True
     concurrency: int = Field(32, ge=1, le=4096)  # jobs running at once in one worker process
     claim_batch: int = Field(16, ge=1, le=1000)  # jobs claimed per store round trip
     idle_poll_s: float = Field(0.25, gt=0)  # how often an idle worker looks for jobs

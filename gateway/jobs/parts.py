@@ -44,11 +44,13 @@ class JobsParts:
     api: JobsApi
     gate: PullGate
     webhooks: Webhooks
+    pull: bool = True  # False: this process accepts jobs, a `tollgate jobs-worker` runs them
 
     def start(self, load: SyncLoad) -> None:
         """Once the server runs: pulling starts, gated by its synchronous calls."""
         self.gate.attach(load)
-        self.runner.start()
+        if self.pull:
+            self.runner.start()
 
     async def aclose(self) -> None:
         await self.runner.aclose()
@@ -91,4 +93,4 @@ def jobs_parts(
     runner = JobRunner(store, pipeline, forwarder, thawing, gate, settings, tracer, hooks, counters)
     submitter = Submitter(pipeline, upstream_ids, tracer)
     api = JobsApi(store, submitter, runner, authenticate, jobs)
-    return JobsParts(store, runner, api, gate, hooks)
+    return JobsParts(store, runner, api, gate, hooks, jobs.pull)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import sqlite3
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from tests.harness import eventually, free_port
 from tests.jobs.gateways import auth, jobs_config, poll_job
 from tests.metering.conftest import REDIS_URL
 from tests.metering.processes import write_config
-from tests.processes import GatewayProcess, process_timeout
+from tests.processes import GatewayProcess, Process, process_timeout
 from tests.servers import UPSTREAM_KEY
 
 JOBS = 6
@@ -105,3 +106,31 @@ def test_jobs_of_a_killed_process_are_completed_by_another_and_charged_once(
         first.kill(signal.SIGKILL)
         if second is not None:
             second.stop()
+
+
+@process_timeout
+def test_a_gateway_that_only_accepts_jobs_and_a_jobs_worker_that_runs_them(tmp_path: Path) -> None:
+    sim = Simulator.start_in_thread(SimConfig(api_key=UPSTREAM_KEY))
+    config = jobs_config(sim, tmp_path, jobs={"pull": False})
+    path = write_config(
+        tmp_path / "gateway.yaml", config.model_dump(mode="json", by_alias=True, exclude_none=True)
+    )
+    gateway = GatewayProcess(path, free_port(), 1, tmp_path / "gateway.log")
+    worker: Process | None = None
+    try:
+        with httpx.Client(base_url=gateway.url, timeout=30) as http:
+            body = {"model": "chat", "messages": [{"role": "user", "content": "run me elsewhere"}]}
+            accepted = http.post(
+                "/v1/chat/completions", json=body, headers={**auth(), "prefer": "respond-async"}
+            )
+            assert accepted.status_code == 202
+            assert http.get(accepted.headers["location"], headers=auth()).json()["status"] == "queued"
+            args = [sys.executable, "-m", "gateway.cli", "jobs-worker", "--config", str(path), "--nice", "5"]
+            worker = Process(args, tmp_path / "worker.log", lambda p: p.popen.poll() is None, "jobs worker")
+            done = poll_job(http, accepted.headers["location"], auth(), seconds=120)
+        assert done.status_code == 200 and done.json()["object"] == "chat.completion"
+    finally:
+        if worker is not None:
+            worker.kill(signal.SIGTERM)
+        gateway.stop()
+        sim.stop()
