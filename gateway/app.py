@@ -31,9 +31,9 @@ from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
 from gateway.keys import KeyRing, key_id
 from gateway.metering.counted import CountedUsage
-from gateway.metering.prices import PriceBook
 from gateway.metering.idempotency import IdempotencyOnly
 from gateway.metering.parts import metering_parts, state_config
+from gateway.metering.prices import PriceBook
 from gateway.metering.produced import ProducedText
 from gateway.pipeline import Finisher, Pipeline, Stage
 from gateway.policy.cache import DecisionCache

@@ -515,7 +515,9 @@ def load_config(path: str | Path) -> GatewayConfig:
             if key.tenant not in config.tenants:
                 raise ConfigError(f"{keys_path}: keys[{index}].tenant: {key.tenant!r} is not a tenant")
             if key.workflow is not None and key.workflow not in config.routing.workflows:
-                raise ConfigError(f"{keys_path}: keys[{index}].workflow: {key.workflow!r} is not in routing.workflows")
+                raise ConfigError(
+                    f"{keys_path}: keys[{index}].workflow: {key.workflow!r} is not in routing.workflows"
+                )
         config = config.model_copy(update={"keys": [*config.keys, *extra]})
     if config.policy is not None:
         config = config.model_copy(update={"policy": _resolve_policy_dir(config.policy, path)})

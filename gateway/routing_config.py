@@ -51,7 +51,9 @@ class RoutingConfig(_Strict):
     def _workflow_names(cls, v: list[str]) -> list[str]:
         for name in v:
             if not re.fullmatch(WORKFLOW_PATTERN, name) or name in ("other", "default", "shadow"):
-                raise ValueError(f"workflow {name!r} must match {WORKFLOW_PATTERN} (other, default, shadow are taken)")
+                raise ValueError(
+                    f"workflow {name!r} must match {WORKFLOW_PATTERN} (other, default, shadow are taken)"
+                )
         return v
 
     @field_validator("prompt_families")

@@ -48,7 +48,9 @@ class LatencyBoard:
 
 
 class LiveChoice:
-    def __init__(self, mode: Mode, board: LatencyBoard, prices: PriceBook, homes_max: int = HOMES_MAX) -> None:
+    def __init__(
+        self, mode: Mode, board: LatencyBoard, prices: PriceBook, homes_max: int = HOMES_MAX
+    ) -> None:
         self._mode = mode
         self._board = board
         self._prices = prices

@@ -12,9 +12,7 @@ from gateway.routing.choice import LatencyBoard, LiveChoice
 def candidates_from(config: GatewayConfig) -> dict[str, list[Candidate]]:
     """Alias -> the candidates that may answer (mirrors are never among them)."""
     return {
-        alias: [
-            Candidate(c.upstream, c.model, c.class_, c.weight) for c in candidates if c.mirror is None
-        ]
+        alias: [Candidate(c.upstream, c.model, c.class_, c.weight) for c in candidates if c.mirror is None]
         for alias, candidates in config.models.items()
     }
 

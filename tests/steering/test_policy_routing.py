@@ -57,7 +57,10 @@ def routed_gateway(upstream_sim: RunningSimulator, tmp_path_factory: pytest.Temp
         },
         tenants={
             "plain": {"models": ["*"]},
-            "hot": {"models": ["*"], "budgets": [{"window": "day", "tokens": 1, "kind": "soft"}, dear_budget]},
+            "hot": {
+                "models": ["*"],
+                "budgets": [{"window": "day", "tokens": 1, "kind": "soft"}, dear_budget],
+            },
             "narrow": {"models": ["chat"]},
             "alpha": {"models": ["*"]},
             "beta": {"models": ["chat"]},
@@ -65,7 +68,12 @@ def routed_gateway(upstream_sim: RunningSimulator, tmp_path_factory: pytest.Temp
         keys=[
             {"tenant": "plain", "hash": hash_key(KEYS["plain"])},
             {"tenant": "hot", "hash": hash_key(KEYS["hot"])},
-            {"tenant": "plain", "hash": hash_key(KEYS["batch"]), "workflow": "extraction", "priority": "background"},
+            {
+                "tenant": "plain",
+                "hash": hash_key(KEYS["batch"]),
+                "workflow": "extraction",
+                "priority": "background",
+            },
             {"tenant": "narrow", "hash": hash_key(KEYS["narrow"])},
         ],
         routing={"workflows": ["extraction", "reasoning"]},
@@ -125,13 +133,17 @@ def test_a_workflow_without_a_class_and_an_unknown_one_stay_on_the_model_asked_f
         assert served_model(upstream, request_id) == DEAR
 
 
-def test_a_keys_default_workflow_routes_its_requests(gateway: RunningGateway, upstream: RunningSimulator) -> None:
+def test_a_keys_default_workflow_routes_its_requests(
+    gateway: RunningGateway, upstream: RunningSimulator
+) -> None:
     response, request_id = ask(gateway, "batch")
     assert response.headers["x-tollgate-routed-alias"] == "cheap"
     assert served_model(upstream, request_id) == CHEAP
 
 
-def test_no_route_to_an_alias_the_tenant_may_not_use(gateway: RunningGateway, upstream: RunningSimulator) -> None:
+def test_no_route_to_an_alias_the_tenant_may_not_use(
+    gateway: RunningGateway, upstream: RunningSimulator
+) -> None:
     response, request_id = ask(gateway, "narrow", **{"x-workflow": "extraction"})
     assert response.status_code == 200
     assert served_model(upstream, request_id) == DEAR
@@ -157,7 +169,9 @@ def test_once_a_soft_budget_is_used_up_normal_work_is_downgraded_and_critical_wo
     assert "x-tollgate-max-tokens-clamped" not in normal.headers
 
 
-def test_a_bad_priority_is_refused_with_a_clear_error(gateway: RunningGateway, upstream: RunningSimulator) -> None:
+def test_a_bad_priority_is_refused_with_a_clear_error(
+    gateway: RunningGateway, upstream: RunningSimulator
+) -> None:
     response, request_id = ask(gateway, "plain", **{"x-priority": "urgent"})
     error = openai_error(response, 400)
     assert error["code"] == "invalid_header"
@@ -166,7 +180,9 @@ def test_a_bad_priority_is_refused_with_a_clear_error(gateway: RunningGateway, u
     assert recorded(upstream, request_id) == []
 
 
-def test_the_decision_log_records_the_labels_and_the_route(routed_gateway: Any, upstream: RunningSimulator) -> None:
+def test_the_decision_log_records_the_labels_and_the_route(
+    routed_gateway: Any, upstream: RunningSimulator
+) -> None:
     gateway, audit_path = routed_gateway
     response, request_id = ask(gateway, "plain", **{"x-workflow": "extraction", "x-priority": "critical"})
     assert response.status_code == 200
