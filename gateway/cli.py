@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "policy":
             return _policy(args)
         if args.command == "spend":
-            return _spend(args.config, args.tenant, args.since, args.until, args.json)
+            return _spend(args.config, args.tenant, args.since, args.until, args.json, args.by)
         return _config_check(args.file)
     except ConfigError as exc:
         print(f"tollgate: {exc}", file=sys.stderr)
@@ -156,16 +156,26 @@ def _keys_create(tenant: str, label: str, config_path: str | None, append: str |
 
 
 def _add_spend_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    spend = commands.add_parser("spend", help="the spend ledger: per tenant, key, model and day")
+    spend = commands.add_parser("spend", help="the spend ledger: per tenant, key, model, workflow and day")
     _config_arg(spend)
     spend.add_argument("--tenant", action="append", help="repeatable; default: every tenant")
     spend.add_argument("--since", help="YYYY-MM-DD (UTC); default: the first of this month")
     spend.add_argument("--until", help="YYYY-MM-DD (UTC); default: today")
     spend.add_argument("--json", action="store_true", help="print JSON, as GET /admin/spend does")
+    spend.add_argument(
+        "--by",
+        choices=("workflow", "model", "key", "tenant", "day"),
+        help="one line per workflow, model, key, tenant or day (their sums); default: every ledger row",
+    )
 
 
 def _spend(
-    config_path: str, tenants: list[str] | None, since: str | None, until: str | None, as_json: bool
+    config_path: str,
+    tenants: list[str] | None,
+    since: str | None,
+    until: str | None,
+    as_json: bool,
+    by: str | None = None,
 ) -> int:
     import asyncio
     from datetime import UTC, datetime
@@ -198,7 +208,7 @@ def _spend(
     except StateStoreUnavailable as exc:
         print(f"tollgate: {exc.message}", file=sys.stderr)
         return 1
-    print(orjson.dumps(spend_document(rows, first, last)).decode() if as_json else spend_table(rows))
+    print(orjson.dumps(spend_document(rows, first, last, by)).decode() if as_json else spend_table(rows, by))
     return 0
 
 

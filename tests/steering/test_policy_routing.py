@@ -29,6 +29,7 @@ pytestmark = pytest.mark.usefixtures("one_budget_day")
 
 KEYS = {name: f"tg-test-routing-{name}" for name in ("plain", "hot", "batch", "narrow")}
 DEAR, CHEAP = "sim-dear", "sim-cheap"
+ADMIN_TOKEN = "tg-test-routing-admin"
 
 
 def policy_dir(target: Path) -> Path:
@@ -82,6 +83,7 @@ def routed_gateway(upstream_sim: RunningSimulator, tmp_path_factory: pytest.Temp
         state={"store": "sqlite", "sqlite_path": str(root / "state.db")},
         metering={"band_cache_s": 0},
         audit={"sink": "jsonl", "path": str(root / "audit.jsonl"), "flush_interval_ms": 0},
+        admin={"tokens": [hash_key(ADMIN_TOKEN)]},
     )
     with running_gateway(config) as gateway:
         yield gateway, root / "audit.jsonl"
@@ -199,3 +201,40 @@ def test_the_decision_log_records_the_labels_and_the_route(
     assert completion["routed_alias"] == "cheap"
     assert completion["served_model"] == CHEAP
     assert completion["workflow"] == "extraction"
+
+
+def test_spend_by_workflow_sums_exactly_to_spend_by_tenant(
+    gateway: RunningGateway, upstream: RunningSimulator
+) -> None:
+    def spend(group_by: str) -> dict[str, Any]:
+        response = httpx.get(
+            gateway.url + "/admin/spend",
+            params={"group_by": group_by},
+            headers={"authorization": f"Bearer {ADMIN_TOKEN}"},
+            timeout=30,
+        )
+        assert response.status_code == 200, response.text
+        document: dict[str, Any] = response.json()
+        return document
+
+    before = spend("tenant")["total"]["requests"]
+    for workflow in ("extraction", "reasoning", "not-listed"):
+        assert ask(gateway, "plain", **{"x-workflow": workflow})[0].status_code == 200
+    assert ask(gateway, "batch")[0].status_code == 200
+    # Settling follows the response: wait for the four to reach the ledger.
+    assert eventually(lambda: spend("tenant")["total"]["requests"] >= before + 4)
+    by_workflow, by_tenant = spend("workflow"), spend("tenant")
+    workflows = {entry["workflow"]: entry for entry in by_workflow["data"]}
+    assert {"extraction", "reasoning", "other"} <= set(workflows)
+    assert "not-listed" not in workflows
+    assert workflows["extraction"]["requests"] >= 2  # the header, and the batch key's default
+    total_by_workflow = sum(entry["cost_micros"] for entry in by_workflow["data"])
+    total_by_tenant = sum(entry["cost_micros"] for entry in by_tenant["data"])
+    assert total_by_workflow == total_by_tenant == by_tenant["total"]["cost_micros"] > 0
+    refused = httpx.get(
+        gateway.url + "/admin/spend",
+        params={"group_by": "colour"},
+        headers={"authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=30,
+    )
+    assert "group_by must be one of" in openai_error(refused, 400)["message"]
