@@ -90,15 +90,16 @@ TOKENS = MetricSpec(
     "tollgate.tokens",
     Kind.COUNTER,
     "{token}",
-    "Tokens by tenant and model alias: input (cached included), cache_read, output; usage source "
-    "reported (by the upstream) or counted (by the gateway, when the upstream reported none).",
-    (n.TENANT, n.MODEL_ALIAS, n.GEN_AI_TOKEN_TYPE, n.USAGE_SOURCE),
+    "Tokens by tenant, model alias and workflow: input (cached included), cache_read, output; usage "
+    "source reported (by the upstream) or counted (by the gateway, when the upstream reported none).",
+    (n.TENANT, n.MODEL_ALIAS, n.GEN_AI_TOKEN_TYPE, n.USAGE_SOURCE, n.WORKFLOW),
 )
 PROMPT_CACHE_TOKENS = MetricSpec(
     "tollgate.prompt_cache.tokens",
     Kind.COUNTER,
     "{token}",
-    "Input tokens by upstream and prompt family: input (all) and cache_read (served from a prefix cache).",
+    "Input tokens by upstream and prompt family (a configured name, else a hashed bucket): input (all) "
+    "and cache_read (served from a prefix cache).",
     (n.UPSTREAM, n.PROMPT_FAMILY, n.GEN_AI_TOKEN_TYPE),
 )
 ATTEMPTS = MetricSpec(
@@ -121,8 +122,8 @@ SPEND = MetricSpec(
     "tollgate.spend.usd",
     Kind.COUNTER,
     "{USD}",
-    "Spend in dollars at the configured prices, by tenant and model alias.",
-    (n.TENANT, n.MODEL_ALIAS),
+    "Spend in dollars at the configured prices, by tenant, model alias and workflow (as the ledger has it).",
+    (n.TENANT, n.MODEL_ALIAS, n.WORKFLOW),
 )
 BUDGET_LIMIT = MetricSpec(
     "tollgate.budget.limit",

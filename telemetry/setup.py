@@ -28,7 +28,7 @@ from gateway.tracing import NO_TRACER, Tracer
 from telemetry import instruments as spec
 from telemetry import names as n
 from telemetry.exporters import metric_exporter, span_exporter
-from telemetry.labels import WorkflowLabels
+from telemetry.labels import PromptFamilyNames, WorkflowLabels
 from telemetry.metrics_service import AsyncSource, MetricsService, OtlpPush
 from telemetry.recorder import MetricsRecorder
 from telemetry.registry import Registry
@@ -66,7 +66,8 @@ def build_telemetry(
 ) -> Telemetry:
     settings = config.telemetry
     resource = _resource(config)
-    workflows = WorkflowLabels(settings.labels, scrub)
+    # With routing.workflows the workflow is the one the ledger and the policy see (exchange.workflow).
+    workflows = WorkflowLabels(settings.labels, scrub, from_exchange=bool(config.routing.workflows))
     registry = Registry()
     recorder = MetricsRecorder(
         spec.Instruments(registry),
@@ -75,6 +76,7 @@ def build_telemetry(
         PriceBook.from_config(config.prices),
         settings.labels.prompt_family_buckets,
         frozenset(config.models),
+        PromptFamilyNames(config.routing.prompt_families),
     )
     tracer: Tracer = NO_TRACER
     spans: SpanQueue | None = None

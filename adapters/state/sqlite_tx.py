@@ -66,7 +66,8 @@ CREATE TABLE IF NOT EXISTS idempotency (
 ) WITHOUT ROWID;
 """
 
-_LEDGER_WITH_WORKFLOW = _SCHEMA[_SCHEMA.index("CREATE TABLE IF NOT EXISTS ledger") :].split(";")[0]
+_LEDGER_AT = _SCHEMA.index("CREATE TABLE IF NOT EXISTS ledger")
+_LEDGER_WITH_WORKFLOW = _SCHEMA[_LEDGER_AT:].split(";", maxsplit=1)[0]
 
 
 def _add_ledger_workflow(db: sqlite3.Connection) -> None:

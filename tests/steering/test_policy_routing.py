@@ -7,6 +7,7 @@ than the original would have; labels reach the decision log; bad labels get a 40
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import uuid
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.usefixtures("one_budget_day")
 KEYS = {name: f"tg-test-routing-{name}" for name in ("plain", "hot", "batch", "narrow")}
 DEAR, CHEAP = "sim-dear", "sim-cheap"
 ADMIN_TOKEN = "tg-test-routing-admin"
+SUPPORT = "You are the support assistant of Example Corp."
 
 
 def policy_dir(target: Path) -> Path:
@@ -77,7 +79,10 @@ def routed_gateway(upstream_sim: RunningSimulator, tmp_path_factory: pytest.Temp
             },
             {"tenant": "narrow", "hash": hash_key(KEYS["narrow"])},
         ],
-        routing={"workflows": ["extraction", "reasoning"]},
+        routing={
+            "workflows": ["extraction", "reasoning"],
+            "prompt_families": {"support": hashlib.sha256(SUPPORT.encode()).hexdigest()[:16]},
+        },
         prices={DEAR: {"input": 100, "output": 400}, CHEAP: {"input": 0.1, "output": 0.2}},
         policy={"dir": str(policy_dir(root / "policies"))},
         state={"store": "sqlite", "sqlite_path": str(root / "state.db")},
@@ -238,3 +243,48 @@ def test_spend_by_workflow_sums_exactly_to_spend_by_tenant(
         timeout=30,
     )
     assert "group_by must be one of" in openai_error(refused, 400)["message"]
+
+
+def test_spend_and_token_metrics_carry_the_workflow(
+    gateway: RunningGateway, upstream: RunningSimulator
+) -> None:
+    assert ask(gateway, "plain", **{"x-workflow": "reasoning"})[0].status_code == 200
+
+    def page() -> str:
+        return httpx.get(gateway.url + "/metrics", timeout=30).text
+
+    def has_workflow_lines() -> bool:
+        text = page()
+        return all(
+            any(
+                line.startswith(name) and 'tollgate_workflow="reasoning"' in line
+                for line in text.splitlines()
+            )
+            for name in ("tollgate_spend_usd_total", "tollgate_tokens_total", "tollgate_request_duration")
+        )
+
+    assert eventually(has_workflow_lines)
+    assert 'tollgate_workflow="not-listed"' not in page()
+
+
+def test_cache_hits_are_counted_under_a_named_prompt_family(
+    gateway: RunningGateway, upstream: RunningSimulator
+) -> None:
+    messages = [{"role": "system", "content": SUPPORT}, {"role": "user", "content": "hello"}]
+    response = httpx.post(
+        gateway.base_url + "/chat/completions",
+        json={"model": "chat", "messages": messages},
+        headers={"authorization": f"Bearer {KEYS['plain']}"},
+        timeout=30,
+    )
+    assert response.status_code == 200
+
+    def named() -> bool:
+        text = httpx.get(gateway.url + "/metrics", timeout=30).text
+        return any(
+            line.startswith("tollgate_prompt_cache_tokens_total")
+            and 'tollgate_prompt_family="support"' in line
+            for line in text.splitlines()
+        )
+
+    assert eventually(named)
