@@ -45,7 +45,7 @@ from gateway.request_ids import UpstreamIds
 from gateway.routing.choice import LatencyBoard
 from gateway.routing.probes import HealthProber
 from gateway.routing.readiness import upstream_readiness
-from gateway.routing.tables import candidates_from, live_choices
+from gateway.routing.tables import candidates_from, live_choices, mirror_from
 from gateway.routing.upstream_route import build_routes, probe_targets
 from gateway.stages.admit import Admit
 from gateway.stages.decide import Decide
@@ -147,6 +147,7 @@ def build_services(
             )
         )
         meter: list[Stage] = [metering.meter] if metering else [keys_only] if keys_only else []
+        mirror = mirror_from(config, routes, audit, metering.store if metering else None)
         # route before meter: the reservation is priced on the candidates the request will
         # actually be tried on (the alias a policy moved it to, the class it named).
         stages: list[Stage] = [
@@ -159,6 +160,7 @@ def build_services(
             ContextCap(),
             route,
             *meter,
+            *([mirror] if mirror else []),  # last: the shadow gets the body every stage has seen
         ]
         # The gateway's count of usage the upstream did not report first, then settle, so the
         # access log and the audit record see the settled request.
@@ -168,6 +170,7 @@ def build_services(
             *([AccessLog()] if config.server.access_log else []),
             *([AuditCompletion(audit)] if audit else []),
             *([latency_board] if config.routing.choose else []),
+            *([mirror] if mirror else []),
         ]
         # Redaction before the tool-call guard: restored arguments are what get checked.
         redaction_guard = RedactionGuard(redaction_counters)
@@ -188,11 +191,15 @@ def build_services(
             policy_queue=engine.evaluation_queue() if engine is not None else None,
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
+        if mirror is not None and telemetry.arms is not None:
+            mirror.listeners.append(telemetry.arms)
         pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
 
         async def close() -> None:
             await telemetry.aclose()  # first: its last export still reads the state store (budgets)
             await prober.aclose()
+            if mirror is not None:
+                await mirror.aclose()
             await asyncio.gather(*(u.aclose() for u in upstreams.values()))
             if audit is not None:
                 await audit.aclose()

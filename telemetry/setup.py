@@ -23,10 +23,12 @@ from gateway.audit.queued_sink import QueuedSink
 from gateway.config import GatewayConfig
 from gateway.metering.prices import PriceBook
 from gateway.ports import AuditSink, EvaluationQueue, StateStore, Upstream
+from gateway.routing.arms import ArmRecord
 from gateway.routing.upstream_route import UpstreamRoute
 from gateway.tracing import NO_TRACER, Tracer
 from telemetry import instruments as spec
 from telemetry import names as n
+from telemetry.arms import ArmMetrics
 from telemetry.exporters import metric_exporter, span_exporter
 from telemetry.labels import PromptFamilyNames, WorkflowLabels
 from telemetry.metrics_service import AsyncSource, MetricsService, OtlpPush
@@ -45,6 +47,7 @@ class Telemetry:
     finishers: tuple[MetricsRecorder, ...]  # the metrics recorder, unless metrics go nowhere
     metrics: MetricsService
     spans: SpanQueue | None  # None when tracing is off
+    arms: Callable[[ArmRecord], None] | None = None  # side-by-side arm metrics, when metrics are recorded
 
     async def aclose(self) -> None:
         """Flush and stop: the last spans and figures are exported, within a bounded time."""
@@ -125,7 +128,8 @@ def build_telemetry(
         drops["audit"] = lambda: sink.dropped + sink.failed
     registry.observed(spec.TELEMETRY_DROPPED, drop_counts(drops))
     recording = settings.metrics.prometheus or otlp is not None
-    return Telemetry(tracer, (recorder,) if recording else (), metrics, spans)
+    arms = ArmMetrics(registry).record if recording else None
+    return Telemetry(tracer, (recorder,) if recording else (), metrics, spans, arms)
 
 
 def _measure_policy_queue(registry: Registry, queue: EvaluationQueue) -> None:

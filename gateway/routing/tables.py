@@ -3,10 +3,15 @@ live-signal choices, built once at start."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from gateway.config import GatewayConfig
 from gateway.exchange import Candidate
 from gateway.metering.prices import PriceBook
+from gateway.ports import AuditSink, StateStore
 from gateway.routing.choice import LatencyBoard, LiveChoice
+from gateway.routing.mirror import Mirror, Shadow, ShadowTarget
+from gateway.routing.upstream_route import UpstreamRoute
 
 
 def candidates_from(config: GatewayConfig) -> dict[str, list[Candidate]]:
@@ -33,3 +38,32 @@ def live_choices(config: GatewayConfig, board: LatencyBoard, prices: PriceBook) 
         for alias, mode in config.routing.choose.items()
         if mode != "ordered"
     }
+
+
+def mirror_from(
+    config: GatewayConfig,
+    routes: Mapping[str, UpstreamRoute],
+    audit: AuditSink | None,
+    store: StateStore | None,
+) -> Mirror | None:
+    """The side-by-side recorder and mirror sender; None when no alias is run side by side."""
+    mirrors = mirrors_from(config)
+    splits = {
+        alias
+        for alias, candidates in config.models.items()
+        if sum(1 for c in candidates if c.weight is not None) > 1
+    }
+    if not mirrors and not splits:
+        return None
+    settings = config.routing.mirror
+    return Mirror(
+        {alias: [Shadow(c, percent) for c, percent in found] for alias, found in mirrors.items()},
+        frozenset(splits | set(mirrors)),
+        {name: ShadowTarget(route.upstream, route.pool) for name, route in routes.items()},
+        PriceBook.from_config(config.prices),
+        max_in_flight=settings.max_in_flight,
+        timeout_s=settings.timeout_s,
+        ledger=store if settings.meter else None,
+        keep_s=config.state.settled_keep_s if config.state is not None else 900,
+        audit=audit,
+    )

@@ -1,0 +1,193 @@
+"""Mirrors through the gateway: a share of an alias's requests is also sent to a shadow,
+whose answer never reaches the client, whose slowness or failure never changes the primary's
+response, whose copy is redacted like the primary's, and whose calls are recorded per arm.
+
+Behaviour only (which requests, which bodies, which responses, what is counted); the
+latency comparison is in the benchmark (bench/routing.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.routing.rendezvous import stable_hash
+from simulator import RunningSimulator, SimConfig, Simulator
+from tests.harness import eventually, openai_upstream
+from tests.servers import TEST_KEY, UPSTREAM_KEY, RunningGateway, gateway_config, running_gateway
+
+PRIMARY, SHADOW = "k26-current", "k26-candidate"
+REQUESTS = 60
+
+
+@pytest.fixture(scope="module")
+def mirror_sim() -> Iterator[RunningSimulator]:
+    """Replica 0 is the primary, replica 1 the shadow."""
+    sim = Simulator.start_in_thread(SimConfig(replicas=2, api_key=UPSTREAM_KEY))
+    yield sim
+    sim.stop()
+
+
+def mirror_config(sim: RunningSimulator, audit: Path, max_in_flight: int) -> Any:
+    return gateway_config(
+        upstreams={
+            "current": openai_upstream(sim.openai_base_url(0)),
+            "candidate": openai_upstream(sim.openai_base_url(1), retries=0),
+        },
+        models={
+            "kimi": [
+                {"upstream": "current", "model": PRIMARY},
+                {"upstream": "candidate", "model": SHADOW, "mirror": 20},
+            ],
+        },
+        routing={"mirror": {"max_in_flight": max_in_flight, "timeout_s": 2}},
+        redaction={"request": "mask", "entities": ["EMAIL"]},
+        audit={"sink": "jsonl", "path": str(audit), "flush_interval_ms": 0},
+    )
+
+
+@pytest.fixture(scope="module")
+def mirrored(mirror_sim: RunningSimulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    audit = tmp_path_factory.mktemp("mirror") / "audit.jsonl"
+    with running_gateway(mirror_config(mirror_sim, audit, max_in_flight=256)) as gateway:
+        yield gateway, audit
+
+
+@pytest.fixture
+def sim(mirror_sim: RunningSimulator) -> Iterator[RunningSimulator]:
+    mirror_sim.faults.clear()
+    mirror_sim.clear()
+    yield mirror_sim
+    mirror_sim.faults.clear()
+
+
+def mirrored_ids(prefix: str, n: int = REQUESTS) -> tuple[list[str], set[str]]:
+    """Request ids, and which of them a 20 % mirror copies (by the id's hash, as the gateway does)."""
+    ids = [f"{prefix}-{i}" for i in range(n)]
+    return ids, {i for i in ids if stable_hash(i) % 10_000 < 2_000}
+
+
+def send_all(gateway: RunningGateway, ids: list[str], stream: bool = False) -> list[httpx.Response]:
+    replies = []
+    with httpx.Client(base_url=gateway.base_url, timeout=30) as client:
+        for request_id in ids:
+            replies.append(
+                client.post(
+                    "/chat/completions",
+                    json={
+                        "model": "kimi",
+                        "messages": [{"role": "user", "content": f"say hi ({request_id})"}],
+                        "max_tokens": 8,
+                        "stream": stream,
+                    },
+                    headers={"authorization": f"Bearer {TEST_KEY}", "x-request-id": request_id},
+                )
+            )
+    return replies
+
+
+def shadow_calls(sim: RunningSimulator) -> list[Any]:
+    return [r for r in list(sim.requests) if r.replica == 1 and r.path.endswith("/chat/completions")]
+
+
+def answer_texts(replies: list[httpx.Response]) -> list[tuple[int, str, str]]:
+    out = []
+    for reply in replies:
+        body = reply.json()
+        out.append((reply.status_code, body["model"], body["choices"][0]["message"]["content"]))
+    return out
+
+
+def test_a_20_percent_mirror_copies_those_requests_and_never_answers_with_the_shadow(
+    mirrored: Any, sim: RunningSimulator
+) -> None:
+    gateway, _ = mirrored
+    ids, copied = mirrored_ids("m-ok")
+    assert 4 <= len(copied) <= 20  # the fixed ids give a share near 20 %
+    replies = send_all(gateway, ids)
+    assert all(status == 200 and model == PRIMARY for status, model, _ in answer_texts(replies))
+    assert eventually(lambda: len(shadow_calls(sim)) == len(copied))
+    assert {r.body["model"] for r in shadow_calls(sim)} == {SHADOW}
+    primaries = [r for r in list(sim.requests) if r.replica == 0]
+    assert len(primaries) == REQUESTS
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [{"status": 500, "message": "shadow broke"}, {"kind": "hang"}, {"kind": "disconnect", "after_chunks": 1}],
+    ids=["failing", "hanging", "cut"],
+)
+def test_a_failing_or_hanging_shadow_never_changes_a_primary_response(
+    mirrored: Any, sim: RunningSimulator, fault: dict[str, Any]
+) -> None:
+    gateway, _ = mirrored
+    ids, copied = mirrored_ids("m-base")
+    baseline = answer_texts(send_all(gateway, ids))
+    assert eventually(lambda: len(shadow_calls(sim)) == len(copied))
+    sim.faults.set(fault, replica=1)
+    faulty = answer_texts(send_all(gateway, ids))
+    assert faulty == baseline  # same statuses, same served model, same answers
+
+
+def test_shadow_failures_and_skips_are_counted_never_surfaced(sim: RunningSimulator, tmp_path: Path) -> None:
+    sim.faults.set({"kind": "hang"}, replica=1)
+    with running_gateway(mirror_config(sim, tmp_path / "audit.jsonl", max_in_flight=4)) as gateway:
+        ids, _ = mirrored_ids("m-hang", 120)
+        replies = send_all(gateway, ids)
+        assert all(r.status_code == 200 for r in replies)
+        # At most 4 shadow calls hang at a time: the rest are skipped, and the hung ones time out.
+        assert eventually(lambda: outcomes(gateway).get("mirror_busy", 0) > 0, seconds=10)
+        assert eventually(lambda: outcomes(gateway).get("mirror_timeout", 0) > 0, seconds=10)
+
+
+def outcomes(gateway: RunningGateway) -> dict[str, float]:
+    """Shadow calls by outcome, from /metrics."""
+    found: dict[str, float] = {}
+    for line in httpx.get(gateway.url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("tollgate_arm_requests_total{") and 'tollgate_role="shadow"' in line:
+            outcome = line.split('tollgate_outcome="')[1].split('"')[0]
+            found[outcome] = found.get(outcome, 0) + float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def test_the_shadow_gets_the_redacted_body(mirrored: Any, sim: RunningSimulator) -> None:
+    gateway, _ = mirrored
+    _, copied = mirrored_ids("m-red", 20)
+    request_id = sorted(copied)[0]
+    with httpx.Client(base_url=gateway.base_url, timeout=30) as client:
+        reply = client.post(
+            "/chat/completions",
+            json={"model": "kimi", "messages": [{"role": "user", "content": "mail jane.doe@example.com"}]},
+            headers={"authorization": f"Bearer {TEST_KEY}", "x-request-id": request_id},
+        )
+    assert reply.status_code == 200
+    assert eventually(lambda: len(shadow_calls(sim)) == 1)
+    [copy] = shadow_calls(sim)
+    text = json.dumps(copy.body)
+    assert "jane.doe@example.com" not in text
+    assert "[EMAIL]" in text
+
+
+def test_each_arm_is_recorded_in_the_decision_log(mirrored: Any, sim: RunningSimulator) -> None:
+    gateway, audit = mirrored
+    ids, copied = mirrored_ids("m-log", 30)
+    send_all(gateway, ids, stream=True)
+
+    def arms() -> list[dict[str, Any]]:
+        records = [json.loads(line) for line in Path(audit).read_text().splitlines()]
+        return [r for r in records if r.get("type") == "arm" and r["request_id"] in ids]
+
+    assert eventually(lambda: len(arms()) == len(ids) + len(copied))
+    primary = [r for r in arms() if r["role"] == "primary"]
+    shadow = [r for r in arms() if r["role"] == "shadow"]
+    assert {r["arm"] for r in primary} == {f"current/{PRIMARY}"}
+    assert {r["arm"] for r in shadow} == {f"candidate/{SHADOW}"}
+    assert {r["request_id"] for r in shadow} == copied
+    for record in shadow + primary:
+        assert record["error"] is None
+        assert record["ttft_ms"] is not None and record["completion_tokens"] > 0
+        assert record["finish_reason"] in ("stop", "length")
