@@ -57,6 +57,11 @@ class LiveChoice:
         self._homes: OrderedDict[str, Candidate] = OrderedDict()
         self._homes_max = homes_max
 
+    @property
+    def homes(self) -> int:
+        """Sessions with a home remembered."""
+        return len(self._homes)
+
     def ordered(self, session_key: str | None, candidates: Sequence[Candidate]) -> list[Candidate]:
         home = self._homes.get(session_key) if session_key is not None else None
         if home is not None and home in candidates:

@@ -62,3 +62,70 @@ def test_sessions_split_by_weight_and_each_stays_on_its_arm(
     # Deterministic (the session ids are fixed); 200 sessions carry sampling noise of ~2 %.
     assert abs(shares["k26-candidate"] / SESSIONS - 0.10) <= 0.05
     assert shares["k26-current"] + shares["k26-candidate"] == SESSIONS
+
+
+BOTH = [{"upstream": "dear", "model": "sim-dear"}, {"upstream": "cheap", "model": "sim-cheap"}]
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def spill_gateway(upstream_sim: RunningSimulator) -> Iterator[RunningGateway]:
+    config = gateway_config(
+        upstreams={
+            "dear": openai_upstream(upstream_sim.openai_base_url(0)),
+            "cheap": openai_upstream(upstream_sim.openai_base_url(1)),
+        },
+        models={
+            "spill": [{"upstream": "dear", "model": "sim-dear"}, {"upstream": "cheap", "model": "sim-cheap"}],
+            "fastest": [
+                {"upstream": "dear", "model": "sim-dear"},
+                {"upstream": "cheap", "model": "sim-cheap"},
+            ],
+        },
+        prices={"sim-dear": {"input": 10, "output": 40}, "sim-cheap": {"input": 0.1, "output": 0.2}},
+        routing={"choose": {"spill": "least_cost", "fastest": "least_latency"}},
+    )
+    with running_gateway(config) as gateway:
+        yield gateway
+
+
+def test_least_cost_serves_from_the_cheapest_candidate_of_the_alias(
+    spill_gateway: RunningGateway, upstream: RunningSimulator
+) -> None:
+    with httpx.Client(base_url=spill_gateway.base_url, timeout=30) as client:
+        for i in range(3):
+            response = client.post(
+                "/chat/completions",
+                json={"model": "spill", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+                headers={"authorization": f"Bearer {TEST_KEY}", "x-request-id": f"spill-{i}"},
+            )
+            assert response.status_code == 200
+            [sent] = recorded(upstream, f"spill-{i}")
+            assert sent.body["model"] == "sim-cheap"
+
+
+def test_least_latency_keeps_each_session_on_its_home(
+    spill_gateway: RunningGateway, upstream: RunningSimulator
+) -> None:
+    homes: dict[str, set[str]] = {}
+    with httpx.Client(base_url=spill_gateway.base_url, timeout=30) as client:
+        for turn in range(3):
+            for session in range(6):
+                request_id = f"fast-{session}-{turn}"
+                response = client.post(
+                    "/chat/completions",
+                    json={
+                        "model": "fastest",
+                        "messages": [{"role": "user", "content": "hi"}],
+                        "max_tokens": 4,
+                    },
+                    headers={
+                        "authorization": f"Bearer {TEST_KEY}",
+                        "x-session-id": f"fast-session-{session}",
+                        "x-request-id": request_id,
+                    },
+                )
+                assert response.status_code == 200
+                [sent] = recorded(upstream, request_id)
+                homes.setdefault(f"s{session}", set()).add(sent.body["model"])
+    assert all(len(models) == 1 for models in homes.values())
