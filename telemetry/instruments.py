@@ -202,6 +202,42 @@ TELEMETRY_DROPPED = MetricSpec(
 )
 
 
+# Side by side (telemetry/arms.py records them): the arms of an alias run as a split or mirror.
+ARM = "tollgate.arm"
+ROLE = "tollgate.role"
+
+ARM_REQUESTS = MetricSpec(
+    "tollgate.arm.requests",
+    Kind.COUNTER,
+    "{request}",
+    "Requests per arm of an alias run side by side: primary (answered the client) or shadow (a mirror's "
+    "copy), by outcome (success, or the error; mirror_busy: skipped, too many shadow calls running).",
+    (n.MODEL_ALIAS, ARM, ROLE, "tollgate.outcome"),
+)
+ARM_TIME_TO_FIRST_TOKEN = MetricSpec(
+    "tollgate.arm.time_to_first_token",
+    Kind.HISTOGRAM,
+    "s",
+    "Per arm: from sending the request upstream to the first byte of its answer.",
+    (n.MODEL_ALIAS, ARM, ROLE),
+    TTFT_BUCKETS,
+)
+ARM_TOKENS = MetricSpec(
+    "tollgate.arm.tokens",
+    Kind.COUNTER,
+    "{token}",
+    "Per arm: input and output tokens of the answered requests.",
+    (n.MODEL_ALIAS, ARM, ROLE, n.GEN_AI_TOKEN_TYPE),
+)
+ARM_COST = MetricSpec(
+    "tollgate.arm.cost.usd",
+    Kind.COUNTER,
+    "{USD}",
+    "Per arm: cost in dollars at the configured prices (a shadow's whether or not it is metered).",
+    (n.MODEL_ALIAS, ARM, ROLE),
+)
+
+
 class Instruments:
     """The recording side of every request-driven metric, created in one registry."""
 
