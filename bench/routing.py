@@ -296,6 +296,7 @@ def _combined(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def report(meta: dict[str, str], stages: dict[str, float], gateway: dict[str, dict[str, Any]]) -> str:
     base = stages["route, as configured"]
+    rounds = len(gateway["no mirror"]["rounds"])
     added = stages["label + route (policy alias and class, 90/10 split)"] - base
     lines = [
         "## Routing",
@@ -316,7 +317,7 @@ def report(meta: dict[str, str], stages: dict[str, float], gateway: dict[str, di
         "labels also go into the policy input, which a cached decision serializes either way.",
         "",
         f"The gateway (1 worker) in front of the simulator (two replicas, a few ms a request), "
-        f"{CONCURRENCY} requests at a time; the four runs in turn, {len(gateway['no mirror']['rounds'])} rounds, "
+        f"{CONCURRENCY} requests at a time; the four runs in turn, {rounds} rounds, "
         "medians of the rounds (CPU and calls: over all rounds):",
         "",
         "| alias | requests | primary p50 | primary p95 | gateway CPU per request "
