@@ -174,10 +174,10 @@ class Mirror:
         candidate = shadow.candidate
         started = time.monotonic()
         result = _Result()
-        target = self._targets[candidate.upstream]
-        replica = target.pool.acquire(exchange.session_key)
+        target = self._targets.get(candidate.upstream)
+        replica = target.pool.acquire(exchange.session_key) if target is not None else None
         try:
-            if replica is None:
+            if target is None or replica is None:
                 result.error = "upstream_unavailable"
             else:
                 async with asyncio.timeout(self._timeout_s):
@@ -193,7 +193,7 @@ class Mirror:
             logger.exception("shadow call failed", extra={"request_id": exchange.request_id})
             result.error = "internal_error"
         finally:
-            if replica is not None:
+            if target is not None and replica is not None:
                 target.pool.release(replica)
             await self._finished(exchange, shadow, result, started)
 
