@@ -2,9 +2,11 @@
 
 A candidate with `mirror: <percent>` never answers the client. For that share of the
 alias's chat requests (chosen by the request id's hash), once every request stage has run
-(so the shadow gets the body as redacted, with its tools and limits enforced), a copy goes
-to the shadow in a task of its own: the primary never waits for it, and nothing it does
-(slow, failing, hanging) reaches the primary's response. At most `max_in_flight` shadow
+(so the shadow gets the body as redacted, with its tools and limits enforced), a copy is
+taken, and sent to the shadow when the primary has finished (its response sent), in a task
+of its own: the primary never waits for it and shares no CPU with it, and nothing it does
+(slow, failing, hanging) reaches the primary's response. Each arm's time to first byte is
+measured from its own sending. At most `max_in_flight` shadow
 calls run per worker; a mirror beyond that is skipped and counted, so a slow shadow cannot
 pile up work. A shadow on an upstream the request's policy does not permit is never sent.
 
@@ -107,6 +109,7 @@ class Mirror:
         self._keep_s = keep_s
         self._audit = audit
         self._tasks: set[asyncio.Task[None]] = set()
+        self._pending: dict[int, list[tuple[Shadow, dict[str, Any]]]] = {}  # id(exchange): copies to send
         self.counts = MirrorCounts()
         self.listeners: list[Callable[[ArmRecord], None]] = []  # e.g. the arm metrics
 
@@ -127,17 +130,22 @@ class Mirror:
             if permitted is not None and shadow.candidate.upstream not in permitted:
                 self.counts.not_permitted += 1
                 continue
-            if len(self._tasks) >= self._max:
+            if len(self._tasks) + len(self._pending) >= self._max:
                 self.counts.skipped_busy += 1
                 self._tell(self._skipped(exchange, shadow, "mirror_busy"))
                 continue
-            self.counts.sent += 1
-            task = asyncio.create_task(self._shadow_call(exchange, shadow, _shadow_body(exchange.body)))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            # The copy is taken now, as the stages left the body; it is sent when the primary
+            # has finished, so not even its CPU competes with the primary's own request.
+            self._pending.setdefault(id(exchange), []).append((shadow, _shadow_body(exchange.body)))
 
     async def finish(self, exchange: Exchange) -> None:
-        """The primary arm of an alias run side by side: what answered, how fast, at what cost."""
+        """Sends the request's shadow copies, and records the primary arm of an alias run side
+        by side: what answered, how fast, at what cost."""
+        for shadow, body in self._pending.pop(id(exchange), ()):
+            self.counts.sent += 1
+            task = asyncio.create_task(self._shadow_call(exchange, shadow, body))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         alias = exchange.routed_alias or exchange.model_alias
         if alias not in self._side_by_side or exchange.principal is None or not exchange.attempts:
             return
