@@ -7,9 +7,10 @@
   and x-priority, a policy decision that moves it to another alias and class, and a 90/10
   split choosing its arm; also the mirror stage for a request it does not copy.
 - gateway: as separate processes on 127.0.0.1, the simulator (two replicas, its timing
-  model on: a few milliseconds a request) and two gateways (one worker each, so each CPU
+  model on: a few milliseconds a request) and three gateways (one worker each, so each CPU
   figure is one process's), one with a 20 % mirror to replica 1 on its alias, one without,
-  loaded at the same time (8 connections each) so both see the same machine: the shadow
+  one with a 0.01 % mirror (the control), loaded at the same time (6 connections each) so
+  all see the same machine: the shadow
   healthy, then slow (its first token 0.5 s late), then failing (500). Figures: the
   primary's latency p50 and p95, each gateway's CPU per request, and the shadow calls per
   primary call (the simulator's own counters).
@@ -59,7 +60,7 @@ TARGET_P50_PCT = 5.0  # a slow or failing shadow moves the primary's p50 by at m
 PREFILL_MS_PER_TOKEN = 0.02
 DECODE_MS_PER_TOKEN = 0.5
 REPLY_TOKENS = 8
-CONCURRENCY = 16
+CONCURRENCY = 18  # six connections for each of the three gateways
 
 
 # --- the stages, in process -------------------------------------------------------------
@@ -159,12 +160,12 @@ def start_simulator(procs: Processes, tmp: Path) -> list[str]:
 
 
 def start_gateway(
-    procs: Processes, tmp: Path, urls: list[str], mirror: bool, key_hash: str
+    procs: Processes, tmp: Path, urls: list[str], mirror: float | None, key_hash: str
 ) -> tuple[str, int]:
     port = free_port()
     candidates: list[dict[str, Any]] = [{"upstream": "current", "model": "k26-current"}]
-    if mirror:
-        candidates.append({"upstream": "candidate", "model": "k26-candidate", "mirror": 20})
+    if mirror is not None:
+        candidates.append({"upstream": "candidate", "model": "k26-candidate", "mirror": mirror})
     config = {
         "server": {"host": HOST, "port": port, "workers": 1, "access_log": False},
         "upstreams": {
@@ -176,7 +177,7 @@ def start_gateway(
         "keys": [{"tenant": "bench", "hash": key_hash}],
         "routing": {"mirror": {"max_in_flight": 64, "timeout_s": 5}},
     }
-    name = "mirror" if mirror else "plain"
+    name = f"mirror-{mirror}" if mirror is not None else "plain"
     path = tmp / f"gateway-{name}.yaml"
     path.write_text(json.dumps(config))  # JSON is YAML
     log = path.with_suffix(".log")
@@ -223,8 +224,8 @@ def _cpu(pids: list[int]) -> float:
 def paired_run(
     gateways: dict[str, tuple[str, int]], sim_url: str, key: str, requests: int, label: str
 ) -> dict[str, dict[str, Any]]:
-    """Both gateways loaded at once, half the connections each: the same machine, the same moment."""
-    half = CONCURRENCY // 2
+    """The gateways loaded at once, a share of the connections each: the same machine, the same moment."""
+    half = CONCURRENCY // len(gateways)
 
     async def both(n: int, tag: str) -> list[list[float]]:
         return list(
@@ -282,8 +283,9 @@ def gateway_figures(requests: int, rounds: int) -> dict[str, dict[str, Any]]:
             urls = start_simulator(procs, Path(tmp))
             sim_url = urls[0]
             gateways = {
-                "plain": start_gateway(procs, Path(tmp), urls, False, hash_key(key)),
-                "mirrored": start_gateway(procs, Path(tmp), urls, True, hash_key(key)),
+                "plain": start_gateway(procs, Path(tmp), urls, None, hash_key(key)),
+                "control": start_gateway(procs, Path(tmp), urls, 0.01, hash_key(key)),
+                "mirrored": start_gateway(procs, Path(tmp), urls, 20, hash_key(key)),
             }
             for round_ in range(rounds):
                 for name, fault in SHADOWS:
@@ -307,6 +309,10 @@ def _combined(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
         "p50_change_pct": statistics.median(
             (r["mirrored"]["p50_ms"] / r["plain"]["p50_ms"] - 1) * 100 for r in runs
         ),
+        "p50_control_change_pct": statistics.median(
+            (r["control"]["p50_ms"] / r["plain"]["p50_ms"] - 1) * 100 for r in runs
+        ),
+        "cpu_control_ms": cpu("control"),
         "p95_plain_ms": statistics.median(r["plain"]["p95_ms"] for r in runs),
         "p95_mirrored_ms": statistics.median(r["mirrored"]["p95_ms"] for r in runs),
         # CPU over all rounds together: the clock-tick resolution of /proc is 10 ms
@@ -342,38 +348,44 @@ def report(meta: dict[str, str], stages: dict[str, float], gateway: dict[str, di
         f"served as configured (target <= {TARGET_ADDED_US:.0f} µs: {met(added <= TARGET_ADDED_US)}). "
         "The two labels also go into the policy input, which a cached decision serializes either way.",
         "",
-        "End to end: two gateways (1 worker each), one whose alias has a 20 % mirror to the",
-        "simulator's replica 1 and one without, loaded at the same time with "
-        f"{CONCURRENCY // 2} connections each, in front of the simulator (a few ms a request);",
-        f"{rounds} rounds per shadow state, medians of the rounds (CPU: the mean of the rounds).",
+        "End to end: three gateways (1 worker each) loaded at the same time, "
+        f"{CONCURRENCY // 3} connections each, in",
+        "front of the simulator (a few ms a request): one whose alias has a 20 % mirror to the",
+        "simulator's replica 1, one without a mirror, and a control whose mirror takes 0.01 % (the",
+        "mirror's stage and records on every request, next to no shadow call): what the control",
+        f"differs by is this machine's noise. {rounds} rounds per shadow state, medians of the rounds",
+        "(CPU: the mean of the rounds).",
         "",
-        "| shadow | primary p50: no mirror / mirror | p50 change | p95: no mirror / mirror "
-        "| gateway CPU per request: no mirror / mirror | shadow calls per primary |",
+        "| shadow | primary p50: no mirror / mirror | p50 change (control) | p95: no mirror / mirror "
+        "| gateway CPU per request: no mirror / control / mirror | shadow calls per primary |",
         "|---|---|---|---|---|---|",
     ]
     for name, run in gateway.items():
         share = run["shadow_calls"] / max(1, run["primary_calls"])
         lines.append(
             f"| {name} | {run['p50_plain_ms']:.1f} / {run['p50_mirrored_ms']:.1f} ms "
-            f"| {run['p50_change_pct']:+.1f} % | {run['p95_plain_ms']:.1f} / {run['p95_mirrored_ms']:.1f} ms "
-            f"| {run['cpu_plain_ms']:.3f} / {run['cpu_mirrored_ms']:.3f} ms | {share:.3f} |"
+            f"| {run['p50_change_pct']:+.1f} % ({run['p50_control_change_pct']:+.1f} %) "
+            f"| {run['p95_plain_ms']:.1f} / {run['p95_mirrored_ms']:.1f} ms "
+            f"| {run['cpu_plain_ms']:.3f} / {run['cpu_control_ms']:.3f} / {run['cpu_mirrored_ms']:.3f} ms "
+            f"| {share:.3f} |"
         )
     healthy = gateway["healthy"]
     share = healthy["shadow_calls"] / max(1, healthy["primary_calls"])
     cpu_ratio = healthy["cpu_mirrored_ms"] / healthy["cpu_plain_ms"]
     worst_p50 = max(abs(run["p50_change_pct"]) for run in gateway.values())
+    noise = max(abs(run["p50_control_change_pct"]) for run in gateway.values())
     lines += [
         "",
         f"- Upstream work: the healthy mirror sent {share * 100:.1f} shadow calls per 100 primary calls "
-        f"(its share: 20); the mirrored gateway's CPU per request was {cpu_ratio:.2f}x the other's "
-        f"(at most its share of upstream work, <= 1.20x: {met(cpu_ratio <= 1.2)}). A shadow call is",
-        "  an upstream call without the client's side (no request parsing, no response to write), so",
-        "  it costs less than a request; the slow shadow's calls are fewer because `max_in_flight`",
-        "  (64) skips mirrors while that many wait.",
+        f"(its share: 20); the mirrored gateway's CPU per request was {cpu_ratio:.2f}x the unmirrored "
+        f"one's (at most its share of upstream work, <= 1.20x: {met(cpu_ratio <= 1.2)}). A shadow call",
+        "  costs the gateway about what the primary's upstream call does; the slow shadow's calls are",
+        "  fewer because `max_in_flight` (64) skips mirrors while that many wait.",
         f"- The primary's p50 moved by at most {worst_p50:.1f} % with the shadow healthy, slow or failing "
-        f"(target <= {TARGET_P50_PCT:.0f} %: {met(worst_p50 <= TARGET_P50_PCT)}): the shadow call is a task",
-        "  of its own, started after the request stages, and the primary never waits for it; what",
-        "  remains is the CPU the shadow calls take on the same two cores.",
+        f"(target <= {TARGET_P50_PCT:.0f} %: {met(worst_p50 <= TARGET_P50_PCT)}); the control moved by up to "
+        f"{noise:.1f} %. The copy is sent once the primary has finished, in a task",
+        "  of its own that the primary never waits for; what remains is the CPU the shadow calls take",
+        "  in the same event loop, which other requests of that worker wait behind.",
     ]
     return "\n".join(lines)
 
