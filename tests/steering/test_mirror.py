@@ -7,15 +7,20 @@ latency comparison is in the benchmark (bench/routing.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from adapters.state.sqlite import SQLiteStore
 from gateway.cli import main
+from gateway.config import GatewayConfig
+from gateway.keys import hash_key
 from gateway.routing.rendezvous import stable_hash
 from simulator import RunningSimulator, SimConfig, Simulator
 from tests.harness import eventually, openai_upstream
@@ -220,3 +225,48 @@ def test_compare_reports_the_arms_against_each_other(
     table = capsys.readouterr().out
     assert f"candidate/{SHADOW}" in table and "ttft_p95_ms" in table
     assert main(["compare", "--alias", "kimi", "--since", "yesterday-ish", "--path", str(audit)]) == 2
+
+
+@pytest.mark.usefixtures("one_budget_day")
+def test_a_metered_mirror_puts_its_shadow_cost_in_the_ledger_never_on_a_budget(
+    sim: RunningSimulator, tmp_path: Path
+) -> None:
+    config = mirror_config(sim, tmp_path / "audit.jsonl", max_in_flight=64).model_dump(by_alias=True)
+    config["routing"]["mirror"]["meter"] = True
+    config["state"] = {"store": "sqlite", "sqlite_path": str(tmp_path / "state.db")}
+    config["prices"] = {PRIMARY: {"input": 1, "output": 2}, SHADOW: {"input": 3, "output": 5}}
+    config["tenants"]["alpha"]["budgets"] = [{"window": "day", "tokens": 10_000_000}]
+    config["admin"] = {"tokens": [hash_key("tg-test-mirror-admin")]}
+    with running_gateway(GatewayConfig.model_validate(config)) as gateway:
+        ids, copied = mirrored_ids("m-meter", 30)
+        assert all(r.status_code == 200 for r in send_all(gateway, ids))
+
+        def by_workflow() -> dict[str, dict[str, Any]]:
+            response = httpx.get(
+                gateway.url + "/admin/spend",
+                params={"group_by": "workflow"},
+                headers={"authorization": "Bearer tg-test-mirror-admin"},
+                timeout=30,
+            )
+            return {entry["workflow"]: entry for entry in response.json()["data"]}
+
+        assert eventually(
+            lambda: (
+                by_workflow().get("shadow", {}).get("requests") == len(copied)
+                and by_workflow().get("default", {}).get("requests") == len(ids)
+            )
+        )
+        spend = by_workflow()
+        assert spend["shadow"]["cost_micros"] > 0
+
+    # The budget counts only the primaries' tokens: the store's counter matches the
+    # primaries' ledger rows exactly.
+    async def used() -> tuple[int, ...]:
+        store = SQLiteStore(tmp_path / "state.db")
+        try:
+            return await store.counters("alpha", (f"t:day:{datetime.now(UTC).date().isoformat()}:tok",))
+        finally:
+            await store.aclose()
+
+    default = spend["default"]
+    assert asyncio.run(used()) == (default["prompt_tokens"] + default["completion_tokens"],)
