@@ -211,7 +211,8 @@ ARM_REQUESTS = MetricSpec(
     Kind.COUNTER,
     "{request}",
     "Requests per arm of an alias run side by side: primary (answered the client) or shadow (a mirror's "
-    "copy), by outcome (success, or the error; mirror_busy: skipped, too many shadow calls running).",
+    "copy), by outcome (success, or the error; mirror_busy: skipped, too many shadow calls running; "
+    "not_permitted: skipped, the request's policy does not permit the shadow's upstream).",
     (n.MODEL_ALIAS, ARM, ROLE, "tollgate.outcome"),
 )
 ARM_TIME_TO_FIRST_TOKEN = MetricSpec(

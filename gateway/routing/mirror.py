@@ -129,6 +129,7 @@ class Mirror:
                 continue
             if permitted is not None and shadow.candidate.upstream not in permitted:
                 self.counts.not_permitted += 1
+                self._tell(self._skipped(exchange, shadow, "not_permitted"))
                 continue
             if len(self._tasks) + len(self._pending) >= self._max:
                 self.counts.skipped_busy += 1

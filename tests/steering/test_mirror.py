@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from adapters.state.sqlite import SQLiteStore
 from gateway.cli import main
@@ -24,6 +26,7 @@ from gateway.keys import hash_key
 from gateway.routing.rendezvous import stable_hash
 from simulator import RunningSimulator, SimConfig, Simulator
 from tests.harness import eventually, openai_upstream
+from tests.policy.conftest import SHIPPED_POLICIES
 from tests.servers import TEST_KEY, UPSTREAM_KEY, RunningGateway, gateway_config, running_gateway
 
 PRIMARY, SHADOW = "k26-current", "k26-candidate"
@@ -270,3 +273,32 @@ def test_a_metered_mirror_puts_its_shadow_cost_in_the_ledger_never_on_a_budget(
 
     default = spend["default"]
     assert asyncio.run(used()) == (default["prompt_tokens"] + default["completion_tokens"],)
+
+
+def test_a_shadow_on_an_upstream_the_policy_does_not_permit_is_never_sent(
+    sim: RunningSimulator, tmp_path: Path
+) -> None:
+    policies = tmp_path / "policies"
+    shutil.copytree(SHIPPED_POLICIES, policies)
+    data = yaml.safe_load((policies / "data.yaml").read_text())
+    data["tenants"]["alpha"] = {"models": ["*"]}
+    data["data_classes"]["onsite"] = {"upstreams": ["current"]}  # the shadow's upstream is not listed
+    (policies / "data.yaml").write_text(yaml.safe_dump(data))
+    config = mirror_config(sim, tmp_path / "audit.jsonl", max_in_flight=64).model_dump(by_alias=True)
+    config["policy"] = {"dir": str(policies)}
+    with running_gateway(GatewayConfig.model_validate(config)) as gateway:
+        ids, copied = mirrored_ids("m-onsite", 30)
+        with httpx.Client(base_url=gateway.base_url, timeout=30) as client:
+            for request_id in ids:
+                reply = client.post(
+                    "/chat/completions",
+                    json={"model": "kimi", "messages": [{"role": "user", "content": "internal figures"}]},
+                    headers={
+                        "authorization": f"Bearer {TEST_KEY}",
+                        "x-request-id": request_id,
+                        "x-data-class": "onsite",
+                    },
+                )
+                assert reply.status_code == 200
+        assert eventually(lambda: outcomes(gateway).get("not_permitted", 0) == len(copied))
+        assert shadow_calls(sim) == []
