@@ -5,15 +5,18 @@ workflows still read (as "default")."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import uuid
 from pathlib import Path
 
 import pytest
 import redis
+import yaml
 
 from adapters.state.redis import RedisStore
 from adapters.state.sqlite import SQLiteStore
+from gateway.cli import main
 from gateway.metering.records import LedgerEntry, Settlement
 from gateway.metering.report import GROUPS, grouped, spend_document, spend_table
 from gateway.ports import StateStore
@@ -110,3 +113,45 @@ async def test_redis_ledger_fields_from_before_workflows_read_as_default(legacy_
     assert [(r.key_id, r.model, r.workflow, r.requests, r.cost_micros) for r in rows] == [
         ("k1", "m1", "default", 4, 77)
     ]
+
+
+def test_tollgate_spend_groups_by_workflow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "state.db"
+    config = tmp_path / "tollgate.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "upstreams": {"local": {"kind": "openai_compat", "base_url": "http://127.0.0.1:9/v1"}},
+                "models": {"chat": [{"upstream": "local", "model": "m1"}]},
+                "tenants": {"acme": {}, "globex": {}},
+                "state": {"store": "sqlite", "sqlite_path": str(state)},
+            }
+        )
+    )
+
+    async def fill() -> None:
+        store = SQLiteStore(state)
+        try:
+            for tenant, workflow, cost in (
+                ("acme", "extraction", 1_000),
+                ("acme", "chat", 2_500),
+                ("globex", "chat", 500),
+            ):
+                entry = LedgerEntry(DAY, "k1", "m1", 10, 0, 5, cost, workflow=workflow)
+                assert await store.settle(settled(tenant, entry))
+        finally:
+            await store.aclose()
+
+    asyncio.run(fill())
+    range_args = ["--since", DAY, "--until", DAY]
+    assert main(["spend", "--config", str(config), "--by", "workflow", *range_args]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:2] == ["workflow", "requests"]
+    rows = {line.split()[0]: line.split() for line in table[1:]}
+    assert rows["chat"][1] == "2" and rows["chat"][-1] == "0.003000"
+    assert rows["extraction"][-1] == "0.001000"
+    assert rows["total"][-1] == "0.004000"
+    assert main(["spend", "--config", str(config), "--by", "tenant", "--json", *range_args]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["group_by"] == "tenant"
+    assert {e["tenant"]: e["cost_micros"] for e in document["data"]} == {"acme": 3_500, "globex": 500}
