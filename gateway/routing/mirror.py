@@ -3,12 +3,13 @@
 A candidate with `mirror: <percent>` never answers the client. For that share of the
 alias's chat requests (chosen by the request id's hash), once every request stage has run
 (so the shadow gets the body as redacted, with its tools and limits enforced), a copy is
-taken, and sent to the shadow when the primary has finished (its response sent), in a task
-of its own: the primary never waits for it and shares no CPU with it, and nothing it does
-(slow, failing, hanging) reaches the primary's response. Each arm's time to first byte is
-measured from its own sending. At most `max_in_flight` shadow
-calls run per worker; a mirror beyond that is skipped and counted, so a slow shadow cannot
-pile up work. A shadow on an upstream the request's policy does not permit is never sent.
+taken; it is sent to the shadow when the primary has finished (its response sent), in a
+task of its own: the primary never waits for it, its own request never shares the event
+loop with it, and nothing the shadow does (slow, failing, hanging) reaches the primary's
+response. Each arm's time to first byte is measured from its own sending. At most
+`max_in_flight` shadow calls run (or wait to be sent) per worker; a mirror beyond that is
+skipped and counted, so a slow shadow cannot pile up work. A shadow on an upstream the
+request's policy does not permit is never sent.
 
 Each shadow call, and each primary answer of an alias run side by side (split or mirror),
 becomes an `ArmRecord` for the listeners (metrics) and the decision log (`type: "arm"`). With
@@ -81,7 +82,8 @@ class _Result:
 
 
 class Mirror:
-    """A request stage (sends the shadow copies) and a finisher (records the primary arm)."""
+    """A request stage (takes the shadow copies) and a finisher (sends them, and records the
+    primary arm)."""
 
     name = "mirror"
 
