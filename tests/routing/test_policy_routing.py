@@ -28,7 +28,7 @@ from tests.servers import RunningGateway, gateway_config, running_gateway
 
 pytestmark = pytest.mark.usefixtures("one_budget_day")
 
-KEYS = {name: f"tg-test-routing-{name}" for name in ("plain", "hot", "batch", "narrow")}
+KEYS = {name: f"tg-test-routing-{name}" for name in ("plain", "hot", "batch", "narrow", "onsite")}
 DEAR, CHEAP = "sim-dear", "sim-cheap"
 ADMIN_TOKEN = "tg-test-routing-admin"
 SUPPORT = "You are the support assistant of Example Corp."
@@ -42,6 +42,7 @@ def policy_dir(target: Path) -> Path:
         "plain": {"models": ["*"]},
         "hot": {"models": ["*"]},
         "narrow": {"models": ["chat"]},
+        "onsite": {"models": ["*"], "upstreams": ["local"]},  # its data never leaves the local upstream
     }
     data["routing"]["class_aliases"] = {"economy": "cheap"}
     data_file.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -53,10 +54,16 @@ def routed_gateway(upstream_sim: RunningSimulator, tmp_path_factory: pytest.Temp
     root = tmp_path_factory.mktemp("routing")
     dear_budget = {"window": "day", "usd": 0.3}  # hard: a dear request with 1024 tokens out does not fit
     config = gateway_config(
-        upstreams={"local": openai_upstream(upstream_sim.openai_base_url(0))},
+        upstreams={
+            "local": openai_upstream(upstream_sim.openai_base_url(0)),
+            "remote": openai_upstream(upstream_sim.openai_base_url(1)),
+        },
         models={
             "chat": [{"upstream": "local", "model": DEAR, "class": "frontier"}],
-            "cheap": [{"upstream": "local", "model": CHEAP, "class": "economy"}],
+            "cheap": [  # the remote one first: a tenant that may not use it must skip it
+                {"upstream": "remote", "model": CHEAP, "class": "economy"},
+                {"upstream": "local", "model": CHEAP, "class": "economy"},
+            ],
         },
         tenants={
             "plain": {"models": ["*"]},
@@ -65,6 +72,7 @@ def routed_gateway(upstream_sim: RunningSimulator, tmp_path_factory: pytest.Temp
                 "budgets": [{"window": "day", "tokens": 1, "kind": "soft"}, dear_budget],
             },
             "narrow": {"models": ["chat"]},
+            "onsite": {"models": ["*"]},
             "alpha": {"models": ["*"]},
             "beta": {"models": ["chat"]},
         },
@@ -78,6 +86,7 @@ def routed_gateway(upstream_sim: RunningSimulator, tmp_path_factory: pytest.Temp
                 "priority": "background",
             },
             {"tenant": "narrow", "hash": hash_key(KEYS["narrow"])},
+            {"tenant": "onsite", "hash": hash_key(KEYS["onsite"])},
         ],
         routing={
             "workflows": ["extraction", "reasoning"],
@@ -288,3 +297,21 @@ def test_cache_hits_are_counted_under_a_named_prompt_family(
         )
 
     assert eventually(named)
+
+
+def test_a_routed_request_never_reaches_an_upstream_its_policy_does_not_permit(
+    gateway: RunningGateway, upstream: RunningSimulator
+) -> None:
+    response, request_id = ask(gateway, "onsite", **{"x-workflow": "extraction"})
+    assert response.headers["x-tollgate-routed-alias"] == "cheap"
+    [sent] = recorded(upstream, request_id)
+    assert (sent.replica, sent.body["model"]) == (0, CHEAP)  # local, not the preferred remote
+    response, request_id = ask(gateway, "plain", **{"x-workflow": "extraction"})
+    [sent] = recorded(upstream, request_id)
+    assert (sent.replica, sent.body["model"]) == (1, CHEAP)  # a tenant without the restriction
+    # Labelled confidential (local only), the request keeps to local as well.
+    response, request_id = ask(
+        gateway, "plain", **{"x-workflow": "extraction", "x-data-class": "confidential"}
+    )
+    [sent] = recorded(upstream, request_id)
+    assert (sent.replica, sent.body["model"]) == (0, CHEAP)
