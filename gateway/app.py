@@ -152,7 +152,7 @@ def build_services(
         # actually be tried on (the alias a policy moved it to, the class it named).
         stages: list[Stage] = [
             admit,
-            Label(config.routing.workflows),
+            Label(config.workflow_names),
             *decide,
             redact,
             ToolOffer(),

@@ -401,6 +401,11 @@ class GatewayConfig(_Strict):
     telemetry: TelemetryConfig = TelemetryConfig()  # traces off, metrics on /metrics, unless set
     routing: RoutingConfig = RoutingConfig()  # workflows, named prompt families, choices, mirrors
 
+    @property
+    def workflow_names(self) -> list[str]:
+        """The workflows requests may name: `routing.workflows`, else `telemetry.labels.workflows`."""
+        return self.routing.workflows or self.telemetry.labels.workflows
+
     @field_validator("models")
     @classmethod
     def _non_empty_routes(cls, v: dict[str, list[CandidateConfig]]) -> dict[str, list[CandidateConfig]]:
@@ -426,7 +431,7 @@ class GatewayConfig(_Strict):
         for index, key in enumerate(self.keys):
             if key.tenant not in self.tenants:
                 raise ValueError(f"keys[{index}].tenant: {key.tenant!r} is not a tenant")
-            if key.workflow is not None and key.workflow not in self.routing.workflows:
+            if key.workflow is not None and key.workflow not in self.workflow_names:
                 raise ValueError(f"keys[{index}].workflow: {key.workflow!r} is not in routing.workflows")
         for alias in self.routing.choose:
             if alias not in self.models:
@@ -514,7 +519,7 @@ def load_config(path: str | Path) -> GatewayConfig:
         for index, key in enumerate(extra):
             if key.tenant not in config.tenants:
                 raise ConfigError(f"{keys_path}: keys[{index}].tenant: {key.tenant!r} is not a tenant")
-            if key.workflow is not None and key.workflow not in config.routing.workflows:
+            if key.workflow is not None and key.workflow not in config.workflow_names:
                 raise ConfigError(
                     f"{keys_path}: keys[{index}].workflow: {key.workflow!r} is not in routing.workflows"
                 )

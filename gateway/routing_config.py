@@ -37,6 +37,7 @@ class MirrorConfig(_Strict):
 class RoutingConfig(_Strict):
     # x-workflow values the policy, the spend ledger and the spend metrics know; any other
     # value is "other", a request without one is its key's `workflow`, else "default".
+    # Empty: telemetry.labels.workflows, if that lists any.
     workflows: list[str] = []
     # Named prompt families for the cache-hit metrics: name -> digest of the system prompt.
     # An `x-prompt-family` header naming one of them is taken as well; the rest stay hashed buckets.

@@ -85,3 +85,13 @@ def test_a_keys_default_workflow_must_be_a_listed_workflow() -> None:
 def test_routing_config_errors_name_the_problem(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         config(**overrides)
+
+
+def test_without_routing_workflows_the_telemetry_list_names_them() -> None:
+    listed = config(telemetry={"labels": {"workflows": ["triage"]}})
+    assert listed.workflow_names == ["triage"]
+    key = {"tenant": "acme", "hash": "sha256:" + "0" * 64, "workflow": "triage"}
+    assert config(keys=[key], telemetry={"labels": {"workflows": ["triage"]}}).keys[0].workflow == "triage"
+    assert config(
+        routing={"workflows": ["chat"]}, telemetry={"labels": {"workflows": ["triage"]}}
+    ).workflow_names == ["chat"]
