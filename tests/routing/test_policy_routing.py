@@ -315,3 +315,20 @@ def test_a_routed_request_never_reaches_an_upstream_its_policy_does_not_permit(
     )
     [sent] = recorded(upstream, request_id)
     assert (sent.replica, sent.body["model"]) == (0, CHEAP)
+
+
+def test_a_routed_stream_says_so_in_its_head(gateway: RunningGateway, upstream: RunningSimulator) -> None:
+    client = openai.OpenAI(base_url=gateway.base_url, api_key=KEYS["plain"], max_retries=0)
+    with (
+        client,
+        client.chat.completions.with_streaming_response.create(
+            model="chat",
+            messages=HELLO,
+            stream=True,
+            extra_headers={"x-workflow": "extraction", "x-request-id": "r-ex-stream"},
+        ) as raw,
+    ):
+        assert raw.headers["x-tollgate-routed-alias"] == "cheap"
+        models = {chunk.model for chunk in raw.parse() if chunk.model}
+    assert models == {CHEAP}
+    assert served_model(upstream, "r-ex-stream") == CHEAP
