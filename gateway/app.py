@@ -27,16 +27,16 @@ from gateway.config import (
     load_config,
     metrics_dir_from_env,
 )
-from gateway.exchange import Candidate, Principal, Tenant
+from gateway.exchange import Principal, Tenant
 from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
-from gateway.jobs.parts import JobsBase, jobs_parts, pull_gate
-from gateway.jobs.pull_gate import ThrottleWatch
+from gateway.jobs.parts import Jobs
 from gateway.keys import KeyRing, key_id
 from gateway.metering.counted import CountedUsage
 from gateway.metering.idempotency import IdempotencyOnly
 from gateway.metering.parts import metering_parts, state_config
+from gateway.metering.prices import PriceBook
 from gateway.metering.produced import ProducedText
 from gateway.pipeline import Finisher, Pipeline, Stage
 from gateway.policy.cache import DecisionCache
@@ -45,11 +45,14 @@ from gateway.redaction.guard import RedactionGuard
 from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
 from gateway.request_ids import UpstreamIds
+from gateway.routing.choice import LatencyBoard
 from gateway.routing.probes import HealthProber
 from gateway.routing.readiness import upstream_readiness
+from gateway.routing.tables import candidates_from, live_choices, mirror_from
 from gateway.routing.upstream_route import build_routes, probe_targets
 from gateway.stages.admit import Admit
 from gateway.stages.decide import Decide
+from gateway.stages.label import Label
 from gateway.stages.redact import Redact
 from gateway.stages.route import Route
 from gateway.tools.context_cap import ContextCap
@@ -68,7 +71,11 @@ def tenants_from(config: GatewayConfig) -> dict[str, Tenant]:
 
 def keyring_from(config: GatewayConfig, tenants: dict[str, Tenant]) -> KeyRing:
     return KeyRing(
-        (key.hash, Principal(tenants[key.tenant], key_id(key.hash), key.label)) for key in config.keys
+        (
+            key.hash,
+            Principal(tenants[key.tenant], key_id(key.hash), key.label, key.workflow, key.priority),
+        )
+        for key in config.keys
     )
 
 
@@ -119,11 +126,10 @@ def build_services(
         engine = await open_policy_engine(config.policy) if config.policy is not None else None
         tenants = tenants_from(config)
         admit = Admit(keyring_from(config, tenants))
+        latency_board = LatencyBoard()
         route = Route(
-            {
-                alias: [Candidate(c.upstream, c.model, c.class_) for c in candidates]
-                for alias, candidates in config.models.items()
-            }
+            candidates_from(config),
+            live_choices(config, latency_board, PriceBook.from_config(config.prices)),
         )
         upstreams = {name: build_upstream(name, spec) for name, spec in config.upstreams.items()}
         routes = build_routes(config, upstreams)
@@ -137,8 +143,7 @@ def build_services(
         band = metering.bands.band if metering is not None else None
         decide = [decide_from(config.policy, engine, config, audit, band)] if config.policy and engine else []
         redaction_counters = RedactionCounters()
-        redaction_settings = redaction or RedactionSettings.from_config(config)
-        redact = Redact(redaction_settings, redaction_counters)
+        redact = Redact(redaction or RedactionSettings.from_config(config), redaction_counters)
         # Without metering, Idempotency-Key is still honoured, on the embedded store.
         embedded = StateConfig()
         keys_only = (
@@ -149,28 +154,33 @@ def build_services(
             )
         )
         meter: list[Stage] = [metering.meter] if metering else [keys_only] if keys_only else []
+        mirror = mirror_from(config, routes, audit, metering.store if metering else None)
+        # route before meter: the reservation is priced on the candidates the request will
+        # actually be tried on (the alias a policy moved it to, the class it named).
         stages: list[Stage] = [
             admit,
+            Label(config.workflow_names),
             *decide,
             redact,
             ToolOffer(),
             ImageDestinations(),
             ContextCap(),
-            *meter,
             route,
+            *meter,
+            *([mirror] if mirror else []),  # last: the shadow gets the body every stage has seen
         ]
         # The gateway's count of usage the upstream did not report first, then settle, so the
         # access log and the audit record see the settled request.
+        jobs = Jobs(config, build_job_store)  # async jobs (docs/async.md): nothing without a `jobs:` block
         finishers: list[Finisher] = [
             CountedUsage(),
             *([metering.settle] if metering else [keys_only] if keys_only else []),
             *([AccessLog()] if config.server.access_log else []),
             *([AuditCompletion(audit)] if audit else []),
+            *([latency_board] if config.routing.choose else []),
+            *([mirror] if mirror else []),
+            *jobs.finishers,  # an upstream's throttling pauses pulling async jobs
         ]
-        base = JobsBase(build_job_store(config.jobs), pull_gate(config.jobs)) if config.jobs else None
-        finishers.extend(
-            [ThrottleWatch(base.gate)] if base is not None else []
-        )  # throttling pauses job pulls
         # Redaction before the tool-call guard: restored arguments are what get checked.
         redaction_guard = RedactionGuard(redaction_counters)
         guards: list[ResponseGuard] = [
@@ -188,34 +198,18 @@ def build_services(
             audit=audit,
             metrics_dir=metrics_dir_from_env(),
             policy_queue=engine.evaluation_queue() if engine is not None else None,
-            jobs=(base.store.depth, base.counters) if base is not None else None,
+            jobs=jobs.metrics_source,
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
+        if mirror is not None and telemetry.arms is not None:
+            mirror.listeners.append(telemetry.arms)
         pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
-        upstream_ids = UpstreamIds(key.encode() if (key := config.server.request_id_key) else None)
-        jobs = (
-            jobs_parts(
-                config,
-                base,
-                pipeline,
-                forwarder,
-                {principal.key_id: principal for principal in principals_from(config, tenants)},
-                metering is not None,
-                redaction_settings,
-                admit.authenticate,
-                upstream_ids,
-                telemetry.tracer,
-                HttpWebhookSender(),
-            )
-            if base is not None
-            else None
-        )
 
         async def close() -> None:
-            if jobs is not None:
-                await jobs.aclose()  # first: a job under way still settles through metering
             await telemetry.aclose()  # first: its last export still reads the state store (budgets)
             await prober.aclose()
+            if mirror is not None:
+                await mirror.aclose()
             await asyncio.gather(*(u.aclose() for u in upstreams.values()))
             if audit is not None:
                 await audit.aclose()
@@ -235,14 +229,22 @@ def build_services(
             upstream_health=lambda: upstream_readiness(routes),
             max_body_bytes=config.server.max_body_bytes,
             request_timeout_s=config.server.request_timeout_s,
-            close=close,
+            close=jobs.closing(close),
             admin_spend=metering.admin.spend if metering and metering.admin else None,
             tracer=telemetry.tracer,
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
-            upstream_ids=upstream_ids,
+            upstream_ids=UpstreamIds(key.encode() if (key := config.server.request_id_key) else None),
             policy_readiness=(engine.name, engine.readiness) if engine is not None else None,
-            jobs=jobs.api if jobs is not None else None,
-            attach_load=jobs.start if jobs is not None else None,
+            jobs=jobs.assemble(
+                pipeline,
+                forwarder,
+                principals_from(config, tenants),
+                metering is not None,
+                admit.authenticate,
+                telemetry.tracer,
+                HttpWebhookSender(),
+            ),
+            attach_load=jobs.attach_load,  # after `assemble`, above
         )
 
     return build

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gateway.config import GatewayConfig, JobsConfig
@@ -10,7 +10,8 @@ from gateway.exchange import Principal
 from gateway.forward import Forwarder
 from gateway.jobs.api import JobsApi
 from gateway.jobs.counters import JobCounters
-from gateway.jobs.pull_gate import PullGate, SyncLoad
+from gateway.jobs.pull_gate import PullGate, SyncLoad, ThrottleWatch
+from gateway.jobs.records import QueueDepth
 from gateway.jobs.runner import JobRunner, RunnerSettings
 from gateway.jobs.snapshot import Thawing
 from gateway.jobs.store import JobStore
@@ -20,7 +21,10 @@ from gateway.metering.plan import MeterPlans
 from gateway.pipeline import Pipeline
 from gateway.ports import WebhookSender
 from gateway.redaction.settings import RedactionSettings
+from gateway.request_ids import UpstreamIds
 from gateway.tracing import Tracer
+
+JobsMetrics = tuple[Callable[[], Awaitable[list[QueueDepth]]], JobCounters]
 
 
 def pull_gate(jobs: JobsConfig) -> PullGate:
@@ -94,3 +98,69 @@ def jobs_parts(
     submitter = Submitter(pipeline, upstream_ids, tracer)
     api = JobsApi(store, submitter, runner, authenticate, jobs)
     return JobsParts(store, runner, api, gate, hooks, jobs.pull)
+
+
+class Jobs:
+    """Async jobs as the composition root sees them: nothing at all without a `jobs:` block.
+
+    Made before the pipeline (its finisher watches for throttling; telemetry reads its
+    counters), completed once the pipeline exists (`assemble`), started by the HTTP edge
+    (`attach_load`), and closed before everything it uses (`closing`).
+    """
+
+    def __init__(self, config: GatewayConfig, store: Callable[[JobsConfig], JobStore]) -> None:
+        self._config = config
+        self.base = JobsBase(store(config.jobs), pull_gate(config.jobs)) if config.jobs is not None else None
+        self.parts: JobsParts | None = None
+
+    @property
+    def finishers(self) -> list[ThrottleWatch]:
+        return [ThrottleWatch(self.base.gate)] if self.base is not None else []
+
+    @property
+    def metrics_source(self) -> JobsMetrics | None:
+        return (self.base.store.depth, self.base.counters) if self.base is not None else None
+
+    def assemble(
+        self,
+        pipeline: Pipeline,
+        forwarder: Forwarder,
+        principals: Iterable[Principal],
+        metered: bool,
+        authenticate: Callable[[str | None], Principal],
+        tracer: Tracer,
+        sender: WebhookSender,
+    ) -> JobsApi | None:
+        """The rest of the parts, around the pipeline; the HTTP doors (None without jobs)."""
+        if self.base is None:
+            return None
+        config = self._config
+        key = config.server.request_id_key
+        self.parts = jobs_parts(
+            config,
+            self.base,
+            pipeline,
+            forwarder,
+            {principal.key_id: principal for principal in principals},
+            metered,
+            RedactionSettings.from_config(config),
+            authenticate,
+            UpstreamIds(key.encode() if key else None),
+            tracer,
+            sender,
+        )
+        return self.parts.api
+
+    @property
+    def attach_load(self) -> Callable[[SyncLoad], None] | None:
+        return self.parts.start if self.parts is not None else None
+
+    def closing(self, then: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+        """`then`, preceded by closing the jobs: a job under way still settles through metering."""
+
+        async def close() -> None:
+            if self.parts is not None:
+                await self.parts.aclose()
+            await then()
+
+        return close
