@@ -80,7 +80,11 @@ def keyring_from(config: GatewayConfig, tenants: dict[str, Tenant]) -> KeyRing:
 
 
 def principals_from(config: GatewayConfig, tenants: dict[str, Tenant]) -> list[Principal]:
-    return [Principal(tenants[key.tenant], key_id(key.hash), key.label) for key in config.keys]
+    """The principal of each configured key, in order (an async job finds its submitter's again)."""
+    return [
+        Principal(tenants[key.tenant], key_id(key.hash), key.label, key.workflow, key.priority)
+        for key in config.keys
+    ]
 
 
 def audit_sink_from(config: GatewayConfig) -> AuditSink | None:

@@ -67,6 +67,7 @@ class Submitter:
             headers={k: v for k, v in headers.items() if k not in _DROPPED_HEADERS},
             raw_body=raw_body,
             upstream_request_id=self._upstream_ids(job_id),
+            job_id=job_id,
         )
         exchange.trace = trace = self._tracer.begin(exchange)
         try:
