@@ -221,6 +221,8 @@ class JobRunner:
             await self._gate.step()
             body = await self._answer(exchange, claim, document)
             if body is None:  # handed to, or still pending in, the upstream's own queue
+                exchange.status = 202
+                trace.end(exchange)
                 return
             exchange.status = 200
             exchange.first_byte_at = time.monotonic()
