@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from adapters.audit import build_audit_writer
 from adapters.policy import open_policy_engine
-from adapters.state import build_state_store, warn_if_not_durable
+from adapters.state import build_key_store, build_state_store, warn_if_not_durable
 from adapters.upstream import build_upstream
 from gateway.access_log import AccessLog
 from gateway.audit.completion import AuditCompletion
@@ -30,6 +30,7 @@ from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
 from gateway.keys import KeyRing, key_id
+from gateway.keystore.parts import LiveKeys, open_live_keys
 from gateway.metering.counted import CountedUsage
 from gateway.metering.idempotency import IdempotencyOnly
 from gateway.metering.parts import metering_parts, state_config
@@ -66,6 +67,16 @@ def keyring_from(config: GatewayConfig, tenants: dict[str, Tenant]) -> KeyRing:
     return KeyRing(
         (key.hash, Principal(tenants[key.tenant], key_id(key.hash), key.label)) for key in config.keys
     )
+
+
+async def live_keys_from(
+    config: GatewayConfig, tenants: dict[str, Tenant], audit: AuditSink | None
+) -> LiveKeys | None:
+    """Keys in the state store beside the config's, when `live_keys` is configured."""
+    state = state_config(config)
+    if config.live_keys is None or state is None:
+        return None
+    return await open_live_keys(config, build_key_store(state), tenants, keyring_from(config, tenants), audit)
 
 
 def audit_sink_from(config: GatewayConfig) -> AuditSink | None:
@@ -110,7 +121,9 @@ def build_services(
         # First: a policy that cannot be loaded stops the start before anything else is opened.
         engine = await open_policy_engine(config.policy) if config.policy is not None else None
         tenants = tenants_from(config)
-        admit = Admit(keyring_from(config, tenants))
+        audit = audit_sink_from(config)
+        live = await live_keys_from(config, tenants, audit)
+        admit = Admit(live.lookup if live is not None else keyring_from(config, tenants))
         route = Route(
             {
                 alias: [Candidate(c.upstream, c.model, c.class_) for c in candidates]
@@ -121,7 +134,6 @@ def build_services(
         routes = build_routes(config, upstreams)
         forwarder = Forwarder(routes)
         prober = HealthProber(probe_targets(routes))
-        audit = audit_sink_from(config)
         state = state_config(config)
         metering = metering_parts(config, state, build_state_store(state)) if state is not None else None
         if metering is not None:
@@ -191,8 +203,12 @@ def build_services(
                 await metering.aclose()
             if keys_only is not None:
                 await keys_only.aclose()
+            if live is not None:
+                await live.aclose()
 
         prober.start()  # last: a start that failed above leaves no background task behind
+        if live is not None:
+            live.start()
         telemetry.metrics.start()
         return Services(
             pipeline=pipeline,
@@ -207,6 +223,7 @@ def build_services(
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
             upstream_ids=UpstreamIds(key.encode() if (key := config.server.request_id_key) else None),
             policy_readiness=(engine.name, engine.readiness) if engine is not None else None,
+            admin_keys=live.admin if live is not None else None,
         )
 
     return build

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.tracing import NO_TRACE, RequestTrace
 
 if TYPE_CHECKING:
+    from gateway.keystore.records import KeyLimits
     from gateway.metering.idempotency import IdempotencyHold
     from gateway.metering.ticket import MeterTicket
     from gateway.policy.decision import Decision
@@ -49,6 +50,9 @@ class Principal:
     tenant: Tenant
     key_id: str  # short, non-secret fingerprint of the key's hash
     key_label: str = ""
+    workflow: str | None = None  # the key's default workflow (when the request sends no x-workflow)
+    priority: int = 0  # the key's priority, kept for routing by priority
+    limits: KeyLimits | None = None  # a live key's own budgets and rate limits (config keys: in MeterPlans)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,8 @@ _LAST_TURN_BUCKET = "33+"
 
 
 class WorkflowLabels:
-    """The workflow of a request: its `x-workflow` header, else its key's label.
+    """The workflow of a request: its `x-workflow` header, else its key's default workflow,
+    else its key's label.
 
     With an allowlist, only listed values; without one, any value matching WORKFLOW_PATTERN,
     first come, up to `max_workflows` distinct values in this worker. A new value is also
@@ -42,7 +43,7 @@ class WorkflowLabels:
         raw = exchange.headers.get("x-workflow")
         if raw is None:
             principal = exchange.principal
-            raw = principal.key_label if principal is not None else ""
+            raw = (principal.workflow or principal.key_label) if principal is not None else ""
             if not raw:
                 return DEFAULT_WORKFLOW
         if raw in self._accepted:

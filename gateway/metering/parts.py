@@ -1,7 +1,7 @@
 """Metering's parts, built from config around one state store, for the composition root.
 
-Metering is on when the config has a `state` block, or when any tenant or key has budgets
-or rate limits (then on the embedded SQLite store). With it on, every request's spend goes
+Metering is on when the config has a `state` or a `live_keys` block, or when any tenant or
+key has budgets or rate limits (then on the embedded SQLite store). With it on, every request's spend goes
 to the ledger, metered or not.
 """
 
@@ -24,6 +24,8 @@ def state_config(config: GatewayConfig) -> StateConfig | None:
     """The store to use, or None when nothing is metered and no store is configured."""
     if config.state is not None:
         return config.state
+    if config.live_keys is not None:  # live keys live in the state store, and may carry budgets
+        return StateConfig()
     return StateConfig() if MeterPlans(config).any_metered else None
 
 

@@ -1,0 +1,58 @@
+"""Live keys' parts, built around one key store, for the composition root."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gateway.admin_auth import AdminCredentials
+from gateway.config import GatewayConfig
+from gateway.errors import StateStoreUnavailable
+from gateway.exchange import Tenant
+from gateway.keys import KeyRing
+from gateway.keystore.admin import KeysAdmin
+from gateway.keystore.cache import LiveKeyCache
+from gateway.keystore.lookup import KeyLookup
+from gateway.keystore.operations import KeyOperations
+from gateway.ports import AuditSink, KeyStore
+
+logger = logging.getLogger("tollgate.keys")
+
+
+@dataclass(frozen=True, slots=True)
+class LiveKeys:
+    store: KeyStore
+    cache: LiveKeyCache
+    lookup: KeyLookup  # admit's: the config's keys, then the live ones
+    admin: KeysAdmin | None  # /admin/keys, when `admin` is configured
+
+    def start(self) -> None:
+        self.cache.start()
+
+    async def aclose(self) -> None:
+        await self.cache.aclose()
+        await self.store.aclose()
+
+
+async def open_live_keys(
+    config: GatewayConfig,
+    store: KeyStore,
+    tenants: Mapping[str, Tenant],
+    keyring: KeyRing,
+    audit: AuditSink | None,
+) -> LiveKeys:
+    """Reads every live key once; a store that cannot be read now is logged, and read by the
+    poller as soon as it can be (config keys work meanwhile)."""
+    assert config.live_keys is not None
+    cache = LiveKeyCache(store, tenants, config.live_keys.poll_interval_ms / 1000)
+    try:
+        await cache.refresh()
+    except StateStoreUnavailable as exc:
+        logger.warning(
+            "live keys cannot be read at start; only the config's keys work until they can",
+            extra={"store": store.name, "why": exc.message},
+        )
+    operations = KeyOperations(store, cache.tenant_names, audit)
+    admin = KeysAdmin(AdminCredentials(config.admin.tokens), operations) if config.admin else None
+    return LiveKeys(store, cache, KeyLookup(keyring, cache), admin)
