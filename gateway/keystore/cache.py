@@ -50,6 +50,7 @@ class LiveKeyCache:
         self._by_digest: dict[bytes, tuple[bytes, int | None, Principal]] = {}
         self._task: asyncio.Task[None] | None = None
         self._failing = False
+        self._refreshing = asyncio.Lock()  # the poller's and an admin change's: one at a time, in order
 
     def __len__(self) -> int:
         return len(self._by_digest)
@@ -73,6 +74,10 @@ class LiveKeyCache:
     async def refresh(self) -> None:
         """Read what changed in the store since the last refresh (nothing, if its version
         did not move); a store whose version went back (emptied, replaced) is read whole."""
+        async with self._refreshing:
+            await self._refresh()
+
+    async def _refresh(self) -> None:
         version = await self._store.version()
         if version == self._version:
             return

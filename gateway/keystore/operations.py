@@ -6,15 +6,16 @@ key or its hash.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.config import BudgetConfig, RateLimitConfig
-from gateway.errors import InvalidRequest, NotFound
+from gateway.errors import InvalidRequest, NotFound, StateStoreUnavailable
 from gateway.keys import generate_key, hash_key, key_id
 from gateway.keystore.cache import now_ms
 from gateway.keystore.records import KeyConflict, KeyLimits, KeyNotFound, KeyNotUsable, LiveKey
@@ -63,12 +64,15 @@ class KeyOperations:
         tenants: Callable[[], Collection[str]],
         audit: AuditSink | None,
         clock_ms: Callable[[], int] = now_ms,
+        changed: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """`tenants`: the tenants configured now (they change with a config reload)."""
+        """`tenants`: the tenants configured now (they change with a config reload);
+        `changed`: called after each change (the process's own cache reads it at once)."""
         self._store = store
         self._tenants = tenants
         self._audit = audit
         self._clock_ms = clock_ms
+        self._changed = changed
 
     async def create(self, spec: KeySpec, by: str, request_id: str | None = None) -> tuple[str, LiveKey]:
         """(the key, shown once; the key as stored)."""
@@ -175,6 +179,9 @@ class KeyOperations:
             "changes": changes,
         }
         logger.info("key changed", extra={"action": action, "key_id": key.id, "tenant": key.tenant, "by": by})
+        if self._changed is not None:
+            with contextlib.suppress(StateStoreUnavailable):  # the poller reads it at its next tick
+                await self._changed()
         if self._audit is not None:
             await self._audit.append(record)
 

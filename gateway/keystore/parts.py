@@ -53,6 +53,6 @@ async def open_live_keys(
             "live keys cannot be read at start; only the config's keys work until they can",
             extra={"store": store.name, "why": exc.message},
         )
-    operations = KeyOperations(store, cache.tenant_names, audit)
+    operations = KeyOperations(store, cache.tenant_names, audit, changed=cache.refresh)
     admin = KeysAdmin(AdminCredentials(config.admin.tokens), operations) if config.admin else None
     return LiveKeys(store, cache, KeyLookup(keyring, cache), admin)
