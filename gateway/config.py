@@ -57,6 +57,9 @@ class ServerConfig(_Strict):
     # On SIGTERM, how long the port stays open at least, /readyz answering 503 and new calls
     # refused with 503, while calls in flight finish (gateway/worker_server.py).
     drain_s: float = Field(2.0, ge=0)
+    # How often the config file (and its keys file) is looked at for edits; 0: never
+    # (gateway/config_reload.py says what an edit can change without a restart).
+    config_reload_interval_s: float = Field(1.0, ge=0)
 
 
 class TimeoutsConfig(_Strict):

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 
@@ -89,7 +90,17 @@ class LiveKeyCache:
             self._keys.clear()
             self._by_digest.clear()
             self._version = 0
-        self._apply(await self._store.changes(self._version))
+        changes = await self._store.changes(self._version)
+        self._apply(changes)
+        logger.info(
+            "live keys read",
+            extra={
+                "version": changes.version,
+                "changed": len(changes.keys),
+                "serving": len(self),
+                "pid": os.getpid(),
+            },
+        )
 
     def retarget(self, tenants: Mapping[str, Tenant]) -> None:
         """The config's tenants changed (a reload): keys of a tenant no longer configured

@@ -7,6 +7,7 @@ to the ledger, metered or not.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gateway.config import GatewayConfig, StateConfig
@@ -42,7 +43,28 @@ class MeteringParts:
         await self.store.aclose()
 
 
+def replanned(parts: MeteringParts, config: GatewayConfig, state: StateConfig) -> MeteringParts:
+    """The same store and settle, with the meter, bands and spend report of an edited config
+    (its tenants, keys and model aliases: a config reload)."""
+    meter, bands, admin = _planned(config, state, parts.store)
+    return dataclasses.replace(parts, meter=meter, bands=bands, admin=admin)
+
+
 def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore) -> MeteringParts:
+    meter, bands, admin = _planned(config, state, store)
+    prices = PriceBook.from_config(config.prices)
+    return MeteringParts(
+        store=store,
+        meter=meter,
+        settle=Settle(store, prices, config.metering, state),
+        bands=bands,
+        admin=admin,
+    )
+
+
+def _planned(
+    config: GatewayConfig, state: StateConfig, store: StateStore
+) -> tuple[Meter, BudgetBands, SpendAdmin | None]:
     plans = MeterPlans(config)
     prices = PriceBook.from_config(config.prices)
     bands = BudgetBands(store, plans, config.metering.band_cache_s)
@@ -51,10 +73,4 @@ def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore)
         for alias, candidates in config.models.items()
     }
     admin = SpendAdmin(store, config.admin.tokens, list(config.tenants)) if config.admin is not None else None
-    return MeteringParts(
-        store=store,
-        meter=Meter(store, plans, prices, routes, config.metering, state, bands),
-        settle=Settle(store, prices, config.metering, state),
-        bands=bands,
-        admin=admin,
-    )
+    return Meter(store, plans, prices, routes, config.metering, state, bands), bands, admin

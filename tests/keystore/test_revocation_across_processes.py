@@ -4,6 +4,7 @@ another process (`tollgate keys revoke`)."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -11,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
+from adapters.state.sqlite_keys import SQLiteKeyStore
 from gateway.keys import hash_key
 from simulator import RunningSimulator
 from tests.harness import free_port, openai_upstream
@@ -26,6 +29,7 @@ ADMIN_TOKEN = "tg-admin-operator-token-across"
 ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 CHAT = {"model": "chat", "max_tokens": 8, "messages": [{"role": "user", "content": "hello"}]}
 WITHIN_S = 1.0
+WORKERS = 2
 
 
 def config_data(sim: RunningSimulator, state: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +75,25 @@ def accepted_everywhere(urls: list[str], key: str, seconds: float = 10.0) -> boo
     return True
 
 
+async def store_version(path: Path) -> int:
+    store = SQLiteKeyStore(path)
+    try:
+        return await store.version()
+    finally:
+        await store.aclose()
+
+
+def workers_at(log: Path, version: int) -> set[int]:
+    """The worker processes that logged reading the live keys at `version` or later."""
+    pids = set()
+    for line in log.read_bytes().splitlines():
+        if line.startswith(b"{"):
+            entry = orjson.loads(line)
+            if entry.get("msg") == "live keys read" and entry["version"] >= version:
+                pids.add(entry["pid"])
+    return pids
+
+
 def test_a_key_revoked_on_one_gateway_is_refused_by_another_sharing_redis(
     tmp_path: Path, upstream_sim: RunningSimulator, redis_prefix: str
 ) -> None:
@@ -97,14 +120,19 @@ def test_a_key_revoked_from_the_command_line_is_refused_by_every_sqlite_worker(
 ) -> None:
     state = {"store": "sqlite", "sqlite_path": str(tmp_path / "state.db")}
     config = write_config(tmp_path / "gw.yaml", config_data(upstream_sim, state))
-    gateway = GatewayProcess(config, free_port(), 2, tmp_path / "gw.log")
+    gateway = GatewayProcess(config, free_port(), WORKERS, tmp_path / "gw.log")
     try:
         made = httpx.post(gateway.url + "/admin/keys", json={"tenant": "acme"}, headers=ADMIN).json()
         assert accepted_everywhere([gateway.url], made["key"])
         revoke = [sys.executable, "-m", "gateway.cli", "keys", "revoke", made["id"], "--config", str(config)]
         subprocess.run(revoke, cwd=ROOT, check=True, capture_output=True, timeout=120)
+        revoked_at = time.monotonic()
+        version = asyncio.run(store_version(tmp_path / "state.db"))
         assert first_refusal(gateway.url, made["key"], WITHIN_S) is not None
-        # Every worker refuses it: requests on new connections land on both.
-        assert {status(gateway.url, made["key"]) for _ in range(20)} == {401}
+        # Each worker says when it read the revocation: both did, within the second.
+        while len(workers_at(gateway.log, version)) < WORKERS:
+            assert time.monotonic() - revoked_at <= WITHIN_S, workers_at(gateway.log, version)
+            time.sleep(0.01)
+        assert {status(gateway.url, made["key"]) for _ in range(10)} == {401}
     finally:
         gateway.stop()

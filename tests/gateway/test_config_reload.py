@@ -1,0 +1,163 @@
+"""Config hot reload on a real `tollgate serve` with two workers: a valid edit is served by
+every worker, a bad one is refused with a log line naming the file and the key while the
+last good config keeps serving, and an edit of a restart-only setting says so."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import yaml
+
+from gateway.keys import hash_key
+from simulator import RunningSimulator
+from tests.harness import free_port, openai_upstream
+from tests.metering.processes import GatewayProcess, write_config
+from tests.processes import process_timeout
+
+pytestmark = [pytest.mark.slow, process_timeout]
+
+ACME_KEY = "tg-test-reload-acme"
+BETA_KEY = "tg-test-reload-beta"
+CHAT = {"max_tokens": 8, "messages": [{"role": "user", "content": "hello"}]}
+WORKERS = 2
+
+
+def base_config(sim: RunningSimulator, tmp_path: Path) -> dict[str, Any]:
+    return {
+        "server": {"access_log": False, "config_reload_interval_s": 0.2},
+        "upstreams": {"local": openai_upstream(sim.openai_base_url(0))},
+        "models": {"chat": [{"upstream": "local", "model": "sim-model"}]},
+        "tenants": {"acme": {}},
+        "keys": [{"tenant": "acme", "hash": hash_key(ACME_KEY)}],
+        "state": {"store": "sqlite", "sqlite_path": str(tmp_path / "state.db")},
+    }
+
+
+def edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    data = yaml.safe_load(path.read_text())
+    change(data)
+    partial = path.with_suffix(".partial")
+    partial.write_text(yaml.safe_dump(data))
+    partial.replace(path)  # one step, as editors and ConfigMaps do
+
+
+def status(url: str, key: str, model: str = "chat") -> int:
+    with httpx.Client(timeout=10) as client:  # a new connection: requests spread over the workers
+        response = client.post(
+            url + "/v1/chat/completions",
+            json={"model": model, **CHAT},
+            headers={"authorization": f"Bearer {key}"},
+        )
+    return response.status_code
+
+
+def eventually_everywhere(check: Callable[[], bool], seconds: float = 20.0) -> bool:
+    """`check` holds twenty times in a row (on new connections: every worker), within `seconds`."""
+    deadline = time.monotonic() + seconds
+    streak = 0
+    while streak < 20:
+        if time.monotonic() > deadline:
+            return False
+        streak = streak + 1 if check() else 0
+    return True
+
+
+def log_lines(log: Path, message: str, count: int, seconds: float = 20.0) -> list[dict[str, Any]]:
+    """The log's JSON lines with `message`, once there are `count` of them (one per worker)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = []
+        for line in log.read_bytes().splitlines():
+            if line.startswith(b"{"):
+                entry = orjson.loads(line)
+                if entry.get("msg") == message:
+                    found.append(entry)
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def served(upstream_sim: RunningSimulator, tmp_path: Path) -> Iterator[tuple[GatewayProcess, Path]]:
+    config = write_config(tmp_path / "tollgate.yaml", base_config(upstream_sim, tmp_path))
+    gateway = GatewayProcess(config, free_port(), WORKERS, tmp_path / "gw.log")
+    try:
+        yield gateway, config
+    finally:
+        gateway.stop()
+
+
+def test_an_edit_is_served_and_a_bad_one_refused_while_the_last_good_config_serves(
+    served: tuple[GatewayProcess, Path], tmp_path: Path
+) -> None:
+    gateway, config = served
+    assert status(gateway.url, ACME_KEY) == 200
+    assert status(gateway.url, BETA_KEY) == 401
+
+    def add_beta(data: dict[str, Any]) -> None:
+        data["tenants"]["beta"] = {"models": ["second"], "rate_limits": {"requests_per_minute": 1000}}
+        data["keys"].append({"tenant": "beta", "hash": hash_key(BETA_KEY)})
+        data["models"]["second"] = [{"upstream": "local", "model": "sim-model"}]
+
+    edit(config, add_beta)
+    assert eventually_everywhere(lambda: status(gateway.url, BETA_KEY, "second") == 200)
+    assert status(gateway.url, BETA_KEY, "chat") == 404  # beta's models, as edited
+    assert len(log_lines(gateway.log, "config reloaded", WORKERS)) == WORKERS
+
+    def break_budget(data: dict[str, Any]) -> None:
+        data["tenants"]["beta"]["budgets"] = [{"window": "week", "usd": 5}]
+        data["keys"] = data["keys"][:1]  # would drop beta's key, if it were taken
+
+    edit(config, break_budget)
+    refused = log_lines(gateway.log, "config edit refused; the last good config keeps serving", WORKERS)
+    assert len(refused) == WORKERS
+    assert refused[0]["level"] == "error"
+    assert refused[0]["file"] == str(config)
+    assert "tenants.beta.budgets.0.window" in refused[0]["error"]
+    assert str(config) in refused[0]["error"]
+    # The last good config keeps serving: beta's key still works, on every worker.
+    assert eventually_everywhere(lambda: status(gateway.url, BETA_KEY, "second") == 200, seconds=60)
+
+
+def test_an_edit_of_a_restart_only_setting_is_logged_and_the_rest_applied(
+    served: tuple[GatewayProcess, Path],
+) -> None:
+    gateway, config = served
+
+    def move_and_add(data: dict[str, Any]) -> None:
+        data["server"]["port"] = free_port()
+        data["keys"].append({"tenant": "acme", "hash": hash_key(BETA_KEY)})
+
+    edit(config, move_and_add)
+    [warning, *_] = log_lines(
+        gateway.log,
+        "config edit touches restart-only settings; they take effect at the next restart "
+        "(the running values keep serving)",
+        WORKERS,
+    )
+    assert warning["restart_only"] == ["server.port"]
+    assert warning["applied"] == ["keys"]
+    assert eventually_everywhere(lambda: status(gateway.url, BETA_KEY) == 200)  # on the old port
+
+
+def test_an_edit_that_names_an_upstream_not_running_waits_for_a_restart(
+    served: tuple[GatewayProcess, Path], upstream_sim: RunningSimulator
+) -> None:
+    gateway, config = served
+
+    def new_upstream(data: dict[str, Any]) -> None:
+        data["upstreams"]["other"] = openai_upstream(upstream_sim.openai_base_url(1))
+        data["models"]["other"] = [{"upstream": "other", "model": "sim-model"}]
+
+    edit(config, new_upstream)
+    [refused, *_] = log_lines(gateway.log, "config edit refused; the last good config keeps serving", WORKERS)
+    assert refused["restart_only"] == ["upstreams.other"]
+    assert "models.other" in refused["error"] and "restart" in refused["error"]
+    assert status(gateway.url, ACME_KEY, "other") == 404
+    assert status(gateway.url, ACME_KEY) == 200
