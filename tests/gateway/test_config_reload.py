@@ -161,3 +161,16 @@ def test_an_edit_that_names_an_upstream_not_running_waits_for_a_restart(
     assert "models.other" in refused["error"] and "restart" in refused["error"]
     assert status(gateway.url, ACME_KEY, "other") == 404
     assert status(gateway.url, ACME_KEY) == 200
+
+
+def test_an_edited_rate_limit_is_enforced_by_every_worker(served: tuple[GatewayProcess, Path]) -> None:
+    gateway, config = served
+    assert status(gateway.url, ACME_KEY) == 200
+
+    def limit(data: dict[str, Any]) -> None:
+        data["tenants"]["acme"]["rate_limits"] = {"requests_per_minute": 2}
+
+    edit(config, limit)
+    assert len(log_lines(gateway.log, "config reloaded", WORKERS)) == WORKERS
+    codes = [status(gateway.url, ACME_KEY) for _ in range(4)]
+    assert codes.count(200) == 2 and codes.count(429) == 2  # one limit, counted in the shared store
