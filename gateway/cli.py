@@ -206,6 +206,11 @@ def _live_keys(args: argparse.Namespace) -> int:
 
     config_path = args.config or os.environ.get(CONFIG_ENV, DEFAULT_CONFIG_PATH)
     config = load_config(config_path)
+    if config.live_keys is None:
+        raise ConfigError(
+            f"{config_path}: no `live_keys:` block, so no gateway with this config serves keys from the "
+            "state store; add `live_keys: {}` (or use `keys create --append KEYS_FILE`)"
+        )
     store = build_key_store(state_config(config) or StateConfig())
 
     async def run() -> int:

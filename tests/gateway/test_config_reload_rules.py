@@ -10,9 +10,11 @@ import orjson
 import yaml
 
 from gateway.config import GatewayConfig, load_config
-from gateway.config_reload import ConfigReloader, changed_settings
+from gateway.config_reload import ConfigReloader, changed_settings, live_part
 from gateway.keys import hash_key
+from gateway.keys_file import append_key, key_entry
 from tests.harness import captured_logs
+from tests.processes import ROOT
 
 KEY = hash_key("tg-test-rules")
 
@@ -125,3 +127,19 @@ def test_changed_settings_name_what_differs_one_level_down() -> None:
     after = GatewayConfig.model_validate(data(state={"store": "sqlite"}, audit={"sink": "jsonl"}))
     assert changed_settings(before, after, ("state", "audit", "tenants")) == ["state", "audit"]
     assert changed_settings(before, before, ("state", "tenants")) == []
+
+
+async def test_a_key_appended_to_the_keys_file_is_applied(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.yaml"
+    write(keys, {"keys": []})
+    watcher, applied, _ = reloader(tmp_path, data(keys_file="keys.yaml"))
+    await watcher.check_once()
+    append_key(keys, key_entry("acme", hash_key("tg-test-appended"), "new"))
+    await watcher.check_once()
+    [config] = applied.configs
+    assert [k.label for k in config.keys] == ["", "new"]
+
+
+def test_the_shipped_config_stands_as_its_own_live_part() -> None:
+    shipped = load_config(ROOT / "tollgate.yaml")
+    assert live_part(shipped, shipped) == shipped

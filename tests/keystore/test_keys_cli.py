@@ -115,3 +115,17 @@ def test_refusals_are_clear_and_change_nothing(capsys: pytest.CaptureFixture[str
     code, _, err = run(capsys, "keys", "revoke", "000000000000", *base)
     assert code == 1 and "No live key" in err
     assert listed(capsys, config) == []
+
+
+def test_a_config_without_live_keys_is_refused_with_what_to_add(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = {
+        "upstreams": {"local": {"kind": "openai_compat", "base_url": "http://127.0.0.1:9/v1"}},
+        "models": {"chat": [{"upstream": "local", "model": "m"}]},
+        "tenants": {"acme": {}},
+    }
+    config = write_config(tmp_path / "plain.yaml", data)
+    code, out, err = run(capsys, "keys", "create", "--store", "--config", str(config), "--tenant", "acme")
+    assert code == 2 and out == "" and "live_keys" in err
+    assert not (tmp_path / "tollgate-state.db").exists()
