@@ -45,9 +45,8 @@ from gateway.redaction.guard import RedactionGuard
 from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
 from gateway.request_ids import UpstreamIds
-from gateway.routing.probes import HealthProber
+from gateway.routing.live_upstreams import LiveUpstreams
 from gateway.routing.readiness import upstream_readiness
-from gateway.routing.upstream_route import build_routes, probe_targets
 from gateway.stages.admit import Admit
 from gateway.stages.decide import Decide
 from gateway.stages.redact import Redact
@@ -126,9 +125,9 @@ def build_services(
         engine = await open_policy_engine(config.policy) if config.policy is not None else None
         audit = audit_sink_from(config)
         live = await live_keys_from(config, tenants_from(config), audit)
-        upstreams = {name: build_upstream(name, spec) for name, spec in config.upstreams.items()}
-        routes = build_routes(config, upstreams)
-        prober = HealthProber(probe_targets(routes))
+        # The longest a request may use an upstream a config edit replaced, before it is closed.
+        live_upstreams = LiveUpstreams(config, build_upstream, config.server.request_timeout_s + 5)
+        upstreams, routes = live_upstreams.upstreams, live_upstreams.routes  # changed in place by edits
         state = state_config(config)
         metering = metering_parts(config, state, build_state_store(state)) if state is not None else None
         if metering is not None:
@@ -177,7 +176,7 @@ def build_services(
             metering=metering,
             state=state,
             keys_only=keys_only,
-            forwarder=Forwarder(routes),
+            upstreams=live_upstreams,
             guards=tuple(guards),
             finishers=tuple(finishers),
             redaction_guard=redaction_guard,
@@ -185,7 +184,7 @@ def build_services(
             redaction=redaction,
         )
         assembled = assemble(config, lasting)
-        reloader = _reloader(config, config_path, lambda edited: swap_in(services, assemble(edited, lasting)))
+        reloader = _reloader(config, config_path, lambda edited: reload_into(services, edited, lasting))
         background: list[asyncio.Task[None]] = []
 
         async def close() -> None:
@@ -193,8 +192,7 @@ def build_services(
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await telemetry.aclose()  # first: its last export still reads the state store (budgets)
-            await prober.aclose()
-            await asyncio.gather(*(u.aclose() for u in upstreams.values()))
+            await live_upstreams.aclose()
             if audit is not None:
                 await audit.aclose()
             if engine is not None:
@@ -206,7 +204,7 @@ def build_services(
             if live is not None:
                 await live.aclose()
 
-        prober.start()  # last: a start that failed above leaves no background task behind
+        live_upstreams.start()  # last: a start that failed above leaves no background task behind
         if live is not None:
             live.start()
         if reloader is not None:
@@ -242,7 +240,7 @@ class Lasting:
     metering: MeteringParts | None
     state: StateConfig | None
     keys_only: IdempotencyOnly | None
-    forwarder: Forwarder
+    upstreams: LiveUpstreams
     guards: tuple[ResponseGuard, ...]
     finishers: tuple[Finisher, ...]
     redaction_guard: RedactionGuard
@@ -303,10 +301,18 @@ def assemble(config: GatewayConfig, lasting: Lasting) -> Assembled:
         *meter,
         route,
     ]
+    forwarder = Forwarder(lasting.upstreams.routes)
     pipeline = Pipeline(
-        stages, lasting.forwarder, lasting.guards, lasting.finishers, error_guards=[lasting.redaction_guard]
+        stages, forwarder, lasting.guards, lasting.finishers, error_guards=[lasting.redaction_guard]
     )
     return Assembled(pipeline, admit, route, metered)
+
+
+def reload_into(services: Services, edited: GatewayConfig, lasting: Lasting) -> None:
+    """An edited config: its upstreams (new or changed ones built, the others kept), then the
+    stages built on them, swapped in."""
+    lasting.upstreams.update(edited)
+    swap_in(services, assemble(edited, lasting))
 
 
 def swap_in(services: Services, edited: Assembled) -> None:

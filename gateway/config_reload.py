@@ -11,13 +11,15 @@ Live (swapped in, for requests that start after the swap; requests in flight fin
 config they started with):
     keys, keys_file   the keys in the file(s)
     tenants           their models, budgets, rate limits and redaction
-    models            aliases and their candidates, over the upstreams already running
+    models            aliases and their candidates
+    upstreams         added, changed or removed (gateway/routing/live_upstreams.py): an
+                      unchanged upstream keeps its connections, circuits and probes
     redaction         the default for tenants without their own
 
 Restart-only (an edit is logged, names the settings, and waits for the next start; the
-rest of the edit is applied when it stands on its own with the running values):
+rest of the edit is applied when it stands on its own with the running values; `prices`
+too, since a settle must price a request as its reservation did):
     server            listen address, workers, limits, timeouts: the sockets and processes
-    upstreams         their connection pools, health probes and circuits
     state, live_keys  the state store's connections
     audit             the decision log's writer and its hash chain
     policy            the engine (the policy directory itself reloads on its own)
@@ -43,10 +45,9 @@ from gateway.metering.parts import state_config
 
 logger = logging.getLogger("tollgate.config")
 
-LIVE = ("keys", "keys_file", "tenants", "models", "redaction")
+LIVE = ("keys", "keys_file", "tenants", "models", "upstreams", "redaction")
 RESTART_ONLY = (
     "server",
-    "upstreams",
     "state",
     "live_keys",
     "audit",
