@@ -78,7 +78,7 @@ async def live_keys_from(
     state = state_config(config)
     if config.live_keys is None or state is None:
         return None
-    return await open_live_keys(config, build_key_store(state), tenants, keyring_from(config, tenants), audit)
+    return await open_live_keys(config, build_key_store(state), tenants, audit)
 
 
 def audit_sink_from(config: GatewayConfig) -> AuditSink | None:

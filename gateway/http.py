@@ -177,7 +177,7 @@ class GatewayASGI:
                 body = await services.admin_spend(headers.get("authorization"), query)
                 await _send_json(send, 200, body, request_id)
             elif path == ADMIN_KEYS or path.startswith(ADMIN_KEYS + "/"):
-                await self._admin_keys(services, scope, headers, request_id, receive, send)
+                await _admin_keys(services, scope, headers, request_id, receive, send)
             else:
                 raise NotFound(f"Unknown path {path}.", code="unknown_url")
         except GatewayError as exc:
@@ -187,34 +187,6 @@ class GatewayASGI:
         except Exception:
             logger.exception("unhandled error", extra={"request_id": request_id})
             await _send_error(send, InternalError(request_id), request_id)
-
-    async def _admin_keys(
-        self,
-        services: Services,
-        scope: Scope,
-        headers: dict[str, str],
-        request_id: str,
-        receive: Receive,
-        send: Send,
-    ) -> None:
-        if services.admin_keys is None:
-            raise NotFound(
-                "Live keys are not enabled on this gateway: /admin/keys needs an `admin:` block (operator "
-                "token hashes) and a `live_keys:` block.",
-                code="admin_keys_not_configured",
-            )
-        method: str = scope["method"]
-        body = await _read_body(receive, headers, services.max_body_bytes) if method == "POST" else b""
-        call = AdminCall(
-            method,
-            scope["path"],
-            scope.get("query_string", b"").decode("latin-1"),
-            headers.get("authorization"),
-            body,
-            request_id,
-        )
-        status, payload = await services.admin_keys(call)
-        await _send_json(send, status, payload, request_id)
 
     async def _counted(self, call: Awaitable[None]) -> None:
         self._in_flight += 1
@@ -337,6 +309,34 @@ class GatewayASGI:
             watcher.cancel()
         if not relay_task.cancelled():
             relay_task.result()
+
+
+async def _admin_keys(
+    services: Services,
+    scope: Scope,
+    headers: dict[str, str],
+    request_id: str,
+    receive: Receive,
+    send: Send,
+) -> None:
+    if services.admin_keys is None:
+        raise NotFound(
+            "Live keys are not enabled on this gateway: /admin/keys needs an `admin:` block (operator "
+            "token hashes) and a `live_keys:` block.",
+            code="admin_keys_not_configured",
+        )
+    method: str = scope["method"]
+    body = await _read_body(receive, headers, services.max_body_bytes) if method == "POST" else b""
+    call = AdminCall(
+        method,
+        scope["path"],
+        scope.get("query_string", b"").decode("latin-1"),
+        headers.get("authorization"),
+        body,
+        request_id,
+    )
+    status, payload = await services.admin_keys(call)
+    await _send_json(send, status, payload, request_id)
 
 
 def _shutting_down() -> GatewayError:

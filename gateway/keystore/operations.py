@@ -157,7 +157,7 @@ class KeyOperations:
             raise _not_found(old_id) from None
         except KeyNotUsable:
             raise InvalidRequest(
-                f"Key {old_id!r} is {old.state_at(now)}: only an active key can be rotated.",
+                f"Key {old_id!r} is revoked or expired: only an active key can be rotated.",
                 code="key_not_active",
             ) from None
         changes = {"old_expires_at": _iso(old_stored.expires_at_ms), "new_key": view(new_stored, now)}

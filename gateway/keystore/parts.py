@@ -10,10 +10,8 @@ from gateway.admin_auth import AdminCredentials
 from gateway.config import GatewayConfig
 from gateway.errors import StateStoreUnavailable
 from gateway.exchange import Tenant
-from gateway.keys import KeyRing
 from gateway.keystore.admin import KeysAdmin
 from gateway.keystore.cache import LiveKeyCache
-from gateway.keystore.lookup import KeyLookup
 from gateway.keystore.operations import KeyOperations
 from gateway.ports import AuditSink, KeyStore
 
@@ -23,8 +21,7 @@ logger = logging.getLogger("tollgate.keys")
 @dataclass(frozen=True, slots=True)
 class LiveKeys:
     store: KeyStore
-    cache: LiveKeyCache
-    lookup: KeyLookup  # admit's: the config's keys, then the live ones
+    cache: LiveKeyCache  # admit looks keys up in it after the config's (gateway/keystore/lookup.py)
     admin: KeysAdmin | None  # /admin/keys, when `admin` is configured
 
     def start(self) -> None:
@@ -39,7 +36,6 @@ async def open_live_keys(
     config: GatewayConfig,
     store: KeyStore,
     tenants: Mapping[str, Tenant],
-    keyring: KeyRing,
     audit: AuditSink | None,
 ) -> LiveKeys:
     """Reads every live key once; a store that cannot be read now is logged, and read by the
@@ -55,4 +51,4 @@ async def open_live_keys(
         )
     operations = KeyOperations(store, cache.tenant_names, audit, changed=cache.refresh)
     admin = KeysAdmin(AdminCredentials(config.admin.tokens), operations) if config.admin else None
-    return LiveKeys(store, cache, KeyLookup(keyring, cache), admin)
+    return LiveKeys(store, cache, admin)
