@@ -32,6 +32,7 @@ from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
 from gateway.keys import KeyRing, key_id
+from gateway.keystore.admin import KeysAdmin
 from gateway.keystore.lookup import KeyLookup
 from gateway.keystore.parts import LiveKeys, open_live_keys
 from gateway.metering.counted import CountedUsage
@@ -223,7 +224,7 @@ def build_services(
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
             upstream_ids=UpstreamIds(key.encode() if (key := config.server.request_id_key) else None),
             policy_readiness=(engine.name, engine.readiness) if engine is not None else None,
-            admin_keys=live.admin if live is not None else None,
+            admin_keys=assembled.admin_keys,
         )
         return services
 
@@ -250,13 +251,14 @@ class Lasting:
 
 @dataclass(frozen=True, slots=True)
 class Assembled:
-    """What one config gives the edge: the pipeline, and the parts of it /v1/models and
-    /admin/spend use."""
+    """What one config gives the edge: the pipeline, the parts of it /v1/models and
+    /admin/spend use, and /admin/keys with the config's operator credentials."""
 
     pipeline: Pipeline
     admit: Admit
     route: Route
     metering: MeteringParts | None
+    admin_keys: KeysAdmin | None
 
     def models_for(self, principal: Principal) -> list[str]:
         return self.route.aliases_for(principal.tenant.models)
@@ -305,7 +307,7 @@ def assemble(config: GatewayConfig, lasting: Lasting) -> Assembled:
     pipeline = Pipeline(
         stages, forwarder, lasting.guards, lasting.finishers, error_guards=[lasting.redaction_guard]
     )
-    return Assembled(pipeline, admit, route, metered)
+    return Assembled(pipeline, admit, route, metered, live.admin(config) if live is not None else None)
 
 
 def reload_into(services: Services, edited: GatewayConfig, lasting: Lasting) -> None:
@@ -321,6 +323,7 @@ def swap_in(services: Services, edited: Assembled) -> None:
     services.authenticate = edited.admit.authenticate
     services.models_for = edited.models_for
     services.admin_spend = edited.admin_spend
+    services.admin_keys = edited.admin_keys
 
 
 def _reloader(

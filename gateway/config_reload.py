@@ -15,6 +15,7 @@ config they started with):
     upstreams         added, changed or removed (gateway/routing/live_upstreams.py): an
                       unchanged upstream keeps its connections, circuits and probes
     redaction         the default for tenants without their own
+    admin             the operator tokens of /admin/spend and /admin/keys
 
 Restart-only (an edit is logged, names the settings, and waits for the next start; the
 rest of the edit is applied when it stands on its own with the running values; `prices`
@@ -23,7 +24,7 @@ too, since a settle must price a request as its reservation did):
     state, live_keys  the state store's connections
     audit             the decision log's writer and its hash chain
     policy            the engine (the policy directory itself reloads on its own)
-    telemetry, admin, prices, metering
+    telemetry, prices, metering
 Turning metering on or off (a first budget or rate limit, or the last one removed, with no
 `state` block) also needs a restart: the edit is refused until then.
 """
@@ -45,7 +46,7 @@ from gateway.metering.parts import state_config
 
 logger = logging.getLogger("tollgate.config")
 
-LIVE = ("keys", "keys_file", "tenants", "models", "upstreams", "redaction")
+LIVE = ("keys", "keys_file", "tenants", "models", "upstreams", "redaction", "admin")
 RESTART_ONLY = (
     "server",
     "state",
@@ -53,7 +54,6 @@ RESTART_ONLY = (
     "audit",
     "policy",
     "telemetry",
-    "admin",
     "prices",
     "metering",
 )

@@ -22,7 +22,11 @@ logger = logging.getLogger("tollgate.keys")
 class LiveKeys:
     store: KeyStore
     cache: LiveKeyCache  # admit looks keys up in it after the config's (gateway/keystore/lookup.py)
-    admin: KeysAdmin | None  # /admin/keys, when `admin` is configured
+    operations: KeyOperations
+
+    def admin(self, config: GatewayConfig) -> KeysAdmin | None:
+        """/admin/keys with the operator credentials of `config`, when it has an `admin` block."""
+        return KeysAdmin(AdminCredentials(config.admin.tokens), self.operations) if config.admin else None
 
     def start(self) -> None:
         self.cache.start()
@@ -50,5 +54,4 @@ async def open_live_keys(
             extra={"store": store.name, "why": exc.message},
         )
     operations = KeyOperations(store, cache.tenant_names, audit, changed=cache.refresh)
-    admin = KeysAdmin(AdminCredentials(config.admin.tokens), operations) if config.admin else None
-    return LiveKeys(store, cache, admin)
+    return LiveKeys(store, cache, operations)

@@ -202,3 +202,31 @@ def test_an_edited_rate_limit_is_enforced_by_every_worker(served: tuple[GatewayP
     assert len(log_lines(gateway.log, "config reloaded", WORKERS)) == WORKERS
     codes = [status(gateway.url, ACME_KEY) for _ in range(4)]
     assert codes.count(200) == 2 and codes.count(429) == 2  # one limit, counted in the shared store
+
+
+def test_operator_tokens_change_live(upstream_sim: RunningSimulator, tmp_path: Path) -> None:
+    old, new = "tg-admin-reload-old", "tg-admin-reload-new"
+    data = {**base_config(upstream_sim, tmp_path), "admin": {"tokens": [hash_key(old)]}, "live_keys": {}}
+    config = write_config(tmp_path / "tollgate.yaml", data)
+    gateway = GatewayProcess(config, free_port(), WORKERS, tmp_path / "gw.log")
+    try:
+
+        def listing(token: str) -> int:
+            with httpx.Client(timeout=10) as client:
+                return client.get(
+                    gateway.url + "/admin/keys", headers={"authorization": f"Bearer {token}"}
+                ).status_code
+
+        assert listing(old) == 200
+        edit(config, lambda d: d.update(admin={"tokens": [hash_key(new)]}))
+        assert eventually_everywhere(lambda: listing(old) == 401 and listing(new) == 200)
+        assert eventually_everywhere(
+            lambda: (
+                httpx.get(
+                    gateway.url + "/admin/spend", headers={"authorization": f"Bearer {new}"}
+                ).status_code
+                == 200
+            )
+        )
+    finally:
+        gateway.stop()
