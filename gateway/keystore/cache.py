@@ -82,15 +82,15 @@ class LiveKeyCache:
         version = await self._store.version()
         if version == self._version:
             return
-        if version < self._version:
+        went_back = version < self._version
+        changes = await self._store.changes(0 if went_back else self._version)
+        if went_back:
             logger.warning(
-                "the key store's version went back; reading every live key again",
-                extra={"was": self._version, "now": version},
+                "the key store's version went back; every live key was read again",
+                extra={"was": self._version, "now": changes.version},
             )
-            self._keys.clear()
+            self._keys.clear()  # only now: a failed read above leaves the last table serving
             self._by_digest.clear()
-            self._version = 0
-        changes = await self._store.changes(self._version)
         self._apply(changes)
         logger.info(
             "live keys read",
