@@ -159,6 +159,7 @@ def build_services(
             ToolCallGuard(),
             UsageGuard(),
         ]
+        reloader = _reloader(config, config_path, lambda edited: reload_into(services, edited, lasting))
         telemetry = build_telemetry(
             config,
             upstreams=upstreams,
@@ -168,6 +169,8 @@ def build_services(
             audit=audit,
             metrics_dir=metrics_dir_from_env(),
             policy_queue=engine.evaluation_queue() if engine is not None else None,
+            live_keys_age=live.cache.age_s if live is not None else None,
+            config_edits=reloader.counts.by_outcome if reloader is not None else None,
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
         lasting = Lasting(
@@ -185,7 +188,6 @@ def build_services(
             redaction=redaction,
         )
         assembled = assemble(config, lasting)
-        reloader = _reloader(config, config_path, lambda edited: reload_into(services, edited, lasting))
         background: list[asyncio.Task[None]] = []
 
         async def close() -> None:

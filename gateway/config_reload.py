@@ -63,9 +63,13 @@ Fingerprint = tuple[tuple[str, int, int, int] | None, ...]
 
 @dataclass(slots=True)
 class ReloadCounts:
-    reloaded: int = 0
-    refused: int = 0
+    reloaded: int = 0  # edits applied
+    refused: int = 0  # edits refused: the last good config serves
+    restart_pending: int = 0  # edits that changed restart-only settings (the rest applied)
     last_error: str | None = None
+
+    def by_outcome(self) -> dict[str, int]:
+        return {"applied": self.reloaded, "refused": self.refused, "restart_pending": self.restart_pending}
 
 
 class ConfigReloader:
@@ -133,6 +137,7 @@ class ConfigReloader:
                 "config reloaded", extra={"file": str(self._path), "changed": live, "pid": os.getpid()}
             )
         if restart:
+            self.counts.restart_pending += 1
             logger.warning(
                 "config edit touches restart-only settings; they take effect at the next restart "
                 "(the running values keep serving)",

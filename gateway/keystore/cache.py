@@ -41,8 +41,11 @@ class LiveKeyCache:
         tenants: Mapping[str, Tenant],
         interval_s: float,
         clock_ms: Callable[[], int] = now_ms,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
+        self._monotonic = monotonic
+        self._read_at = monotonic()  # the last time the store's version was read
         self._tenants = dict(tenants)
         self._interval_s = interval_s
         self._clock_ms = clock_ms
@@ -59,6 +62,10 @@ class LiveKeyCache:
     @property
     def version(self) -> int:
         return self._version
+
+    def age_s(self) -> float:
+        """Seconds since the store's version was last read: how late a revocation may be here."""
+        return self._monotonic() - self._read_at
 
     def tenant_names(self) -> frozenset[str]:
         return frozenset(self._tenants)
@@ -79,8 +86,10 @@ class LiveKeyCache:
             await self._refresh()
 
     async def _refresh(self) -> None:
+        asked_at = self._monotonic()
         version = await self._store.version()
         if version == self._version:
+            self._read_at = asked_at
             return
         went_back = version < self._version
         changes = await self._store.changes(0 if went_back else self._version)
@@ -92,6 +101,7 @@ class LiveKeyCache:
             self._keys.clear()  # only now: a failed read above leaves the last table serving
             self._by_digest.clear()
         self._apply(changes)
+        self._read_at = asked_at
         logger.info(
             "live keys read",
             extra={

@@ -83,6 +83,19 @@ def log_lines(log: Path, message: str, count: int, seconds: float = 20.0) -> lis
         time.sleep(0.05)
 
 
+def edits_counted(url: str, outcome: str, seconds: float = 30.0) -> float:
+    """tollgate_config_edits_total of `outcome` on /metrics (every worker's, summed), once it
+    is there."""
+    series = f'tollgate_config_edits_total{{tollgate_outcome="{outcome}"}} '
+    deadline = time.monotonic() + seconds
+    while True:
+        lines = [line for line in httpx.get(url + "/metrics").text.splitlines() if line.startswith(series)]
+        value = float(lines[0].split()[1]) if lines else 0.0
+        if value >= WORKERS or time.monotonic() > deadline:
+            return value
+        time.sleep(0.2)
+
+
 @pytest.fixture
 def served(upstream_sim: RunningSimulator, tmp_path: Path) -> Iterator[tuple[GatewayProcess, Path]]:
     config = write_config(tmp_path / "tollgate.yaml", base_config(upstream_sim, tmp_path))
@@ -123,6 +136,8 @@ def test_an_edit_is_served_and_a_bad_one_refused_while_the_last_good_config_serv
     assert str(config) in refused[0]["error"]
     # The last good config keeps serving: beta's key still works, on every worker.
     assert eventually_everywhere(lambda: status(gateway.url, BETA_KEY, "second") == 200, seconds=60)
+    assert edits_counted(gateway.url, "refused") == WORKERS  # for the alert
+    assert edits_counted(gateway.url, "applied") == WORKERS
 
 
 def test_an_edit_of_a_restart_only_setting_is_logged_and_the_rest_applied(

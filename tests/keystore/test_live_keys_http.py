@@ -132,6 +132,8 @@ def test_a_created_key_works_at_once_and_is_listed_without_its_secret(live: Runn
     # The key's default workflow names its requests that send no x-workflow in the metrics.
     page = httpx.get(live.url + "/metrics").text
     assert 'tollgate_workflow="nightly"' in page
+    [age] = [line for line in page.splitlines() if line.startswith("tollgate_live_keys_age_seconds ")]
+    assert 0 <= float(age.split()[1]) < 5  # read from the store moments ago
     # The config's keys work alongside.
     assert chat(live, TEST_KEY).status_code == 200
 
