@@ -164,6 +164,13 @@ def _add_live_key_commands(
     create.add_argument(
         "--store", action="store_true", help="store it as a live key in the config's state store"
     )
+    create.add_argument(
+        "--labels",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="with --store, repeatable: e.g. team=search",
+    )
     create.add_argument("--expires-in", metavar="DURATION", help="with --store: e.g. 90s, 15m, 12h, 30d")
     create.add_argument("--workflow", help="with --store: the workflow of requests that send no x-workflow")
     create.add_argument("--priority", type=int, default=0, help="with --store: 0-9, kept for routing")
@@ -223,6 +230,7 @@ def _live_keys(args: argparse.Namespace) -> int:
                         operations,
                         args.tenant,
                         args.label,
+                        args.labels,
                         args.expires_in,
                         args.workflow,
                         args.priority,

@@ -49,10 +49,18 @@ def budget(text: str) -> BudgetConfig:
     return BudgetConfig.model_validate(value)
 
 
+def _pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise ConfigError(f"--labels: {text!r} is not NAME=VALUE (e.g. team=search)")
+    return name.strip(), value.strip()
+
+
 async def create(
     operations: KeyOperations,
     tenant: str,
     label: str,
+    labels: Sequence[str],
     expires_in: str | None,
     workflow: str | None,
     priority: int,
@@ -64,6 +72,7 @@ async def create(
     spec = KeySpec(
         tenant=tenant,
         label=label,
+        labels=dict(_pair(text) for text in labels),
         expires_in_s=duration_s(expires_in, "--expires-in") if expires_in else None,
         workflow=workflow,
         priority=priority,

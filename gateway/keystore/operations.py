@@ -10,7 +10,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,6 +35,10 @@ class KeySpec(BaseModel):
 
     tenant: str = Field(min_length=1)
     label: str = Field("", max_length=200)
+    # Operators' own metadata (team, env, ...): up to 16 names of [a-z0-9_.-], values up to 200 chars.
+    labels: dict[
+        Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")], Annotated[str, Field(max_length=200)]
+    ] = Field(default_factory=dict, max_length=16)
     # When it stops working: a moment (ISO 8601 or unix seconds), or seconds from now.
     expires_at: datetime | None = None
     expires_in_s: float | None = Field(None, gt=0)
@@ -88,6 +92,7 @@ class KeyOperations:
                 hash=hash_key(secret),
                 created_at_ms=now,
                 label=spec.label,
+                labels=tuple(sorted(spec.labels.items())),
                 workflow=spec.workflow,
                 priority=spec.priority,
                 limits=KeyLimits(tuple(spec.budgets), spec.rate_limits),
@@ -142,6 +147,7 @@ class KeyOperations:
             hash=hash_key(secret),
             created_at_ms=now,
             label=old.label,
+            labels=old.labels,
             workflow=old.workflow,
             priority=old.priority,
             limits=old.limits,
@@ -194,6 +200,7 @@ def view(key: LiveKey, now: int) -> dict[str, Any]:
         "tenant": key.tenant,
         "state": key.state_at(now),
         "label": key.label,
+        "labels": dict(key.labels),
         "workflow": key.workflow,
         "priority": key.priority,
         "budgets": [b.model_dump(exclude_none=True) for b in key.limits.budgets],

@@ -1,7 +1,7 @@
 """What a live key is, as stored and as read back; shared by the core and the key stores.
 
 A stored key is its hash (never the key), its tenant and what it says about its requests
-(label, default workflow, priority, budgets and rate limits), all fixed when it is made,
+(label, labels, default workflow, priority, budgets and rate limits), all fixed when it is made,
 plus the two things that change later: when it expires and when it was revoked. Every
 change takes the store's next version number, so a reader that knows version N asks only
 for what changed after N.
@@ -35,7 +35,8 @@ class LiveKey:
     tenant: str
     hash: str  # sha256:<hex> of the key
     created_at_ms: int
-    label: str = ""
+    label: str = ""  # its name for people (and the workflow of its requests, failing both below)
+    labels: tuple[tuple[str, str], ...] = ()  # operators' own key=value metadata (team, env, ...)
     workflow: str | None = None  # the request's workflow when it sends no x-workflow header
     priority: int = 0  # stored for routing by priority; not acted on yet
     limits: KeyLimits = field(default_factory=KeyLimits)
@@ -60,6 +61,7 @@ class LiveKey:
         return orjson.dumps(
             {
                 "label": self.label,
+                "labels": dict(self.labels),
                 "workflow": self.workflow,
                 "priority": self.priority,
                 "budgets": [b.model_dump(exclude_none=True) for b in self.limits.budgets],
@@ -91,6 +93,7 @@ class LiveKey:
             hash=key_hash,
             created_at_ms=int(fixed.get("created_at_ms", 0)),
             label=fixed.get("label", ""),
+            labels=tuple(sorted((fixed.get("labels") or {}).items())),
             workflow=fixed.get("workflow"),
             priority=int(fixed.get("priority", 0)),
             limits=KeyLimits(

@@ -33,7 +33,13 @@ async def test_a_key_reads_back_as_stored_with_its_fixed_parts(key_store: KeySto
         RateLimitConfig(requests_per_minute=10),
     )
     key = new_key(
-        label="ci", workflow="batch", priority=7, limits=limits, created_by="admin:abc", expires_at_ms=NOW + 5
+        label="ci",
+        labels=(("env", "prod"), ("team", "search")),
+        workflow="batch",
+        priority=7,
+        limits=limits,
+        created_by="admin:abc",
+        expires_at_ms=NOW + 5,
     )
     stored = await key_store.insert(key)
     assert stored == dataclasses.replace(key, version=1)

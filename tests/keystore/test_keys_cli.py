@@ -54,6 +54,7 @@ def test_keys_are_created_listed_rotated_and_revoked_in_the_store(
         capsys,
         *("keys", "create", "--store", "--config", str(config), "--tenant", "acme", "--label", "batch"),
         *("--expires-in", "30d", "--workflow", "nightly", "--priority", "5"),
+        *("--labels", "team=search", "--labels", "env=prod"),
         *("--budget", "day:usd=5", "--budget", "month:tokens=2000000:soft", "--rpm", "60"),
     )
     assert code == 0, err
@@ -64,6 +65,7 @@ def test_keys_are_created_listed_rotated_and_revoked_in_the_store(
     [shown] = listed(capsys, config, "--tenant", "acme")
     assert shown["id"] == kid and shown["state"] == "active"
     assert (shown["label"], shown["workflow"], shown["priority"]) == ("batch", "nightly", 5)
+    assert shown["labels"] == {"env": "prod", "team": "search"}
     assert shown["budgets"] == [
         {"window": "day", "usd": 5.0, "kind": "hard"},
         {"window": "month", "tokens": 2000000, "kind": "soft"},

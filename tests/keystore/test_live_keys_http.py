@@ -104,6 +104,10 @@ def test_bad_requests_are_refused_in_the_openai_format(live: RunningGateway) -> 
     assert (unknown["code"], unknown["param"]) == ("unknown_tenant", "tenant")
     bad = openai_error(httpx.post(url, json={"tenant": "alpha", "priority": 12}, headers=ADMIN), 400)
     assert bad["param"] == "priority"
+    label = openai_error(
+        httpx.post(url, json={"tenant": "alpha", "labels": {"Bad Name": "x"}}, headers=ADMIN), 400
+    )
+    assert label["param"].startswith("labels")
     extra = openai_error(httpx.post(url, json={"tenant": "alpha", "hash": "x"}, headers=ADMIN), 400)
     assert extra["param"] == "hash"
     assert openai_error(httpx.post(url, content=b"{", headers=ADMIN), 400)["code"] == "invalid_json"
@@ -115,7 +119,10 @@ def test_bad_requests_are_refused_in_the_openai_format(live: RunningGateway) -> 
 
 
 def test_a_created_key_works_at_once_and_is_listed_without_its_secret(live: RunningGateway) -> None:
-    made = create(live, label="ci-runner", workflow="nightly", priority=3)
+    made = create(
+        live, label="ci-runner", labels={"team": "search", "env": "prod"}, workflow="nightly", priority=3
+    )
+    assert made["labels"] == {"env": "prod", "team": "search"}
     key = made.pop("key")
     assert made["state"] == "active" and made["id"] == key_id(hash_key(key))
     client = openai.OpenAI(base_url=live.base_url, api_key=key)
