@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.state.redis_cluster import RedisClusterWire
-from adapters.state.redis_wire import RedisWire, ReplyError, Script, unavailable
+from adapters.state.redis_cluster import open_wire
+from adapters.state.redis_wire import ReplyError, Script, unavailable
 from gateway.keystore.records import KeyChanges, KeyConflict, KeyNotFound, KeyNotUsable, LiveKey
 
 INSERT = """
@@ -78,9 +78,7 @@ class RedisKeyStore:
     def __init__(
         self, url: str, prefix: str = "tollgate", timeout_s: float = 1.0, cluster: bool = False
     ) -> None:
-        self._wire: RedisWire | RedisClusterWire = (
-            RedisClusterWire(url, timeout_s) if cluster else RedisWire(url, timeout_s)
-        )
+        self._wire = open_wire(url, timeout_s, cluster)
         base = f"{prefix}:{{#keys}}:"
         self._version_key = base + "version"
         self._changes_key = base + "changes"

@@ -7,6 +7,7 @@ key or its hash.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime
@@ -86,10 +87,11 @@ class KeyOperations:
         expires = _expiry(spec.expires_at, spec.expires_in_s, now)
         for attempt in range(_MINT_TRIES):
             secret = generate_key()
+            digest = hash_key(secret)
             key = LiveKey(
-                id=key_id(hash_key(secret)),
+                id=key_id(digest),
                 tenant=spec.tenant,
-                hash=hash_key(secret),
+                hash=digest,
                 created_at_ms=now,
                 label=spec.label,
                 labels=tuple(sorted(spec.labels.items())),
@@ -141,19 +143,18 @@ class KeyOperations:
         if old.tenant not in self._tenants():
             raise InvalidRequest(f"Unknown tenant {old.tenant!r}.", param="tenant", code="unknown_tenant")
         secret = generate_key()
-        new = LiveKey(
-            id=key_id(hash_key(secret)),
-            tenant=old.tenant,
-            hash=hash_key(secret),
+        digest = hash_key(secret)
+        # Everything the old key said about its requests, under a new secret.
+        new = dataclasses.replace(
+            old,
+            id=key_id(digest),
+            hash=digest,
             created_at_ms=now,
-            label=old.label,
-            labels=old.labels,
-            workflow=old.workflow,
-            priority=old.priority,
-            limits=old.limits,
             rotated_from=old.id,
             created_by=by,
             expires_at_ms=_expiry(spec.expires_at, spec.expires_in_s, now),
+            revoked_at_ms=None,
+            version=0,
         )
         try:
             old_stored, new_stored = await self._store.rotate(

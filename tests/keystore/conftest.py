@@ -3,8 +3,7 @@ under a key prefix of the test's own (deleted afterwards), and the throwaway Red
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -12,21 +11,10 @@ import pytest
 from adapters.state.redis_keys import RedisKeyStore
 from adapters.state.sqlite_keys import SQLiteKeyStore
 from gateway.ports import KeyStore
-from tests.metering.conftest import REDIS_URL, delete_prefix
-from tests.metering.redis_cluster import Cluster, redis_cluster
+from tests.metering.conftest import REDIS_URL, cluster, redis_prefix
+from tests.metering.redis_cluster import Cluster
 
-
-@pytest.fixture
-def redis_prefix() -> Iterator[str]:
-    prefix = f"tgtest-{uuid.uuid4().hex[:12]}"
-    yield prefix
-    delete_prefix(prefix)
-
-
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with redis_cluster(tmp_path_factory.mktemp("redis-cluster")) as running:
-        yield running
+__all__ = ["cluster", "key_store", "redis_prefix"]  # the metering tests' fixtures, shared
 
 
 @pytest.fixture(params=["sqlite", "redis", "redis-cluster"])
