@@ -29,6 +29,10 @@ RECORD_VERSION = 1
 _MINT_TRIES = 3  # a new key whose short id is taken (a 48-bit prefix collision) is minted again
 
 
+_LabelName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")]
+_LabelValue = Annotated[str, Field(max_length=200)]
+
+
 class KeySpec(BaseModel):
     """What a new key says about its requests (the body of POST /admin/keys)."""
 
@@ -37,15 +41,12 @@ class KeySpec(BaseModel):
     tenant: str = Field(min_length=1)
     label: str = Field("", max_length=200)
     # Operators' own metadata (team, env, ...): up to 16 names of [a-z0-9_.-], values up to 200 chars.
-    labels: dict[
-        Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")], Annotated[str, Field(max_length=200)]
-    ] = Field(default_factory=dict, max_length=16)
+    labels: dict[_LabelName, _LabelValue] = Field(default_factory=dict, max_length=16)
     # When it stops working: a moment (ISO 8601 or unix seconds), or seconds from now.
     expires_at: datetime | None = None
     expires_in_s: float | None = Field(None, gt=0)
-    workflow: str | None = Field(
-        None, pattern=f"^{WORKFLOW_PATTERN}$"
-    )  # when the request sends no x-workflow
+    # The workflow of its requests that send no x-workflow.
+    workflow: str | None = Field(None, pattern=f"^{WORKFLOW_PATTERN}$")
     priority: int = Field(0, ge=0, le=9)  # stored for routing by priority
     budgets: list[BudgetConfig] = []  # on top of the tenant's
     rate_limits: RateLimitConfig | None = None  # on top of the tenant's
