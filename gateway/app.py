@@ -27,7 +27,7 @@ from gateway.config import (
     metrics_dir_from_env,
 )
 from gateway.config_reload import ConfigReloader
-from gateway.exchange import Candidate, Principal, Tenant
+from gateway.exchange import Principal, Tenant
 from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
@@ -38,6 +38,7 @@ from gateway.keystore.parts import LiveKeys, open_live_keys
 from gateway.metering.counted import CountedUsage
 from gateway.metering.idempotency import IdempotencyOnly
 from gateway.metering.parts import MeteringParts, metering_parts, replanned, state_config
+from gateway.metering.prices import PriceBook
 from gateway.metering.produced import ProducedText
 from gateway.pipeline import Finisher, Pipeline, Stage
 from gateway.policy.cache import DecisionCache
@@ -46,10 +47,14 @@ from gateway.redaction.guard import RedactionGuard
 from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
 from gateway.request_ids import UpstreamIds
+from gateway.routing.choice import LatencyBoard
 from gateway.routing.live_upstreams import LiveUpstreams
+from gateway.routing.mirror import Mirror
 from gateway.routing.readiness import upstream_readiness
+from gateway.routing.tables import candidates_from, live_choices, mirror_from
 from gateway.stages.admit import Admit
 from gateway.stages.decide import Decide
+from gateway.stages.label import Label
 from gateway.stages.redact import Redact
 from gateway.stages.route import Route
 from gateway.tools.context_cap import ContextCap
@@ -68,7 +73,19 @@ def tenants_from(config: GatewayConfig) -> dict[str, Tenant]:
 
 def keyring_from(config: GatewayConfig, tenants: dict[str, Tenant]) -> KeyRing:
     return KeyRing(
-        (key.hash, Principal(tenants[key.tenant], key_id(key.hash), key.label)) for key in config.keys
+        (
+            key.hash,
+            Principal(tenants[key.tenant], key_id(key.hash), key.label, key.workflow, key.priority),
+        )
+        for key in config.keys
+    )
+
+
+def idempotency_only(config: GatewayConfig) -> IdempotencyOnly:
+    """Without metering, Idempotency-Key is still honoured, on the embedded store."""
+    embedded = StateConfig()
+    return IdempotencyOnly(
+        lambda: build_state_store(embedded), config.metering.idempotency_ttl_s, embedded.lease_s
     )
 
 
@@ -134,15 +151,10 @@ def build_services(
         if metering is not None:
             await warn_if_not_durable(metering.store)
         redaction_counters = RedactionCounters()
-        # Without metering, Idempotency-Key is still honoured, on the embedded store.
-        embedded = StateConfig()
-        keys_only = (
-            None
-            if metering
-            else IdempotencyOnly(
-                lambda: build_state_store(embedded), config.metering.idempotency_ttl_s, embedded.lease_s
-            )
-        )
+        keys_only = None if metering else idempotency_only(config)
+        latency_board = LatencyBoard()
+        # Side-by-side runs and mirrors: their aliases and upstreams change only with a restart.
+        mirror = mirror_from(config, routes, audit, metering.store if metering else None)
         # The gateway's count of usage the upstream did not report first, then settle, so the
         # access log and the audit record see the settled request.
         finishers: list[Finisher] = [
@@ -150,6 +162,8 @@ def build_services(
             *([metering.settle] if metering else [keys_only] if keys_only else []),
             *([AccessLog()] if config.server.access_log else []),
             *([AuditCompletion(audit)] if audit else []),
+            *([latency_board] if config.routing.choose else []),
+            *([mirror] if mirror else []),
         ]
         # Redaction before the tool-call guard: restored arguments are what get checked.
         redaction_guard = RedactionGuard(redaction_counters)
@@ -173,6 +187,8 @@ def build_services(
             config_edits=reloader.counts.by_outcome if reloader is not None else None,
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
+        if mirror is not None and telemetry.arms is not None:
+            mirror.listeners.append(telemetry.arms)
         lasting = Lasting(
             engine=engine,
             audit=audit,
@@ -181,6 +197,8 @@ def build_services(
             state=state,
             keys_only=keys_only,
             upstreams=live_upstreams,
+            latency_board=latency_board,
+            mirror=mirror,
             guards=tuple(guards),
             finishers=tuple(finishers),
             redaction_guard=redaction_guard,
@@ -195,6 +213,8 @@ def build_services(
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await telemetry.aclose()  # first: its last export still reads the state store (budgets)
+            if mirror is not None:
+                await mirror.aclose()
             await live_upstreams.aclose()
             if audit is not None:
                 await audit.aclose()
@@ -244,6 +264,8 @@ class Lasting:
     state: StateConfig | None
     keys_only: IdempotencyOnly | None
     upstreams: LiveUpstreams
+    latency_board: LatencyBoard
+    mirror: Mirror | None
     guards: tuple[ResponseGuard, ...]
     finishers: tuple[Finisher, ...]
     redaction_guard: RedactionGuard
@@ -281,10 +303,8 @@ def assemble(config: GatewayConfig, lasting: Lasting) -> Assembled:
         live.cache.retarget(tenants)
     admit = Admit(KeyLookup(keyring, live.cache) if live is not None else keyring)
     route = Route(
-        {
-            alias: [Candidate(c.upstream, c.model, c.class_) for c in candidates]
-            for alias, candidates in config.models.items()
-        }
+        candidates_from(config),
+        live_choices(config, lasting.latency_board, PriceBook.from_config(config.prices)),
     )
     metering, state, engine = lasting.metering, lasting.state, lasting.engine
     metered = replanned(metering, config, state) if metering is not None and state is not None else None
@@ -295,15 +315,20 @@ def assemble(config: GatewayConfig, lasting: Lasting) -> Assembled:
     redact = Redact(lasting.redaction or RedactionSettings.from_config(config), lasting.redaction_counters)
     keys_only = lasting.keys_only
     meter: list[Stage] = [metered.meter] if metered else [keys_only] if keys_only else []
+    mirror = lasting.mirror
+    # route before meter: the reservation is priced on the candidates the request will
+    # actually be tried on (the alias a policy moved it to, the class it named).
     stages: list[Stage] = [
         admit,
+        Label(config.workflow_names),
         *decide,
         redact,
         ToolOffer(),
         ImageDestinations(),
         ContextCap(),
-        *meter,
         route,
+        *meter,
+        *([mirror] if mirror else []),  # last: the shadow gets the body every stage has seen
     ]
     forwarder = Forwarder(lasting.upstreams.routes)
     pipeline = Pipeline(

@@ -24,9 +24,11 @@ too, since a settle must price a request as its reservation did):
     state, live_keys  the state store's connections
     audit             the decision log's writer and its hash chain
     policy            the engine (the policy directory itself reloads on its own)
-    telemetry, prices, metering
+    telemetry, routing, prices, metering
 Turning metering on or off (a first budget or rate limit, or the last one removed, with no
-`state` block) also needs a restart: the edit is refused until then.
+`state` block) also needs a restart, and so does a change to what runs side by side (an
+alias's mirrors, its weighted split, or an upstream a mirror sends to): the edit is refused
+until then.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from pydantic import ValidationError
 
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.metering.parts import state_config
+from gateway.routing.tables import mirrors_from
 
 logger = logging.getLogger("tollgate.config")
 
@@ -54,6 +57,7 @@ RESTART_ONLY = (
     "audit",
     "policy",
     "telemetry",
+    "routing",
     "prices",
     "metering",
 )
@@ -127,6 +131,14 @@ class ConfigReloader:
                 restart,
             )
             return
+        if side_by_side(effective) != side_by_side(self._running):
+            self._refuse(
+                now,
+                f"{self._path}: this edit changes what runs side by side (an alias's mirrors or weighted "
+                "split, or an upstream a mirror sends to); restart the gateway to apply it",
+                restart,
+            )
+            return
         live = changed_settings(self._running, effective, LIVE)
         if live:
             self._apply(effective)
@@ -167,6 +179,19 @@ def live_part(running: GatewayConfig, edited: GatewayConfig) -> GatewayConfig:
             "this edit needs a restart: with the running (restart-only) settings it is invalid: "
             + "; ".join(lines)
         ) from None
+
+
+def side_by_side(config: GatewayConfig) -> tuple[Any, ...]:
+    """What the mirror (built once, at start) was made from: each alias's shadows, the aliases
+    split by weight, and the settings of the upstreams shadows go to."""
+    mirrors = mirrors_from(config)
+    splits = sorted(
+        alias
+        for alias, candidates in config.models.items()
+        if sum(c.weight is not None for c in candidates) > 1
+    )
+    targets = sorted({c.upstream for shadows in mirrors.values() for c, _ in shadows})
+    return mirrors, splits, [(name, config.upstreams.get(name)) for name in targets]
 
 
 def changed_settings(before: GatewayConfig, after: GatewayConfig, names: Sequence[str]) -> list[str]:

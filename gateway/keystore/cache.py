@@ -179,8 +179,8 @@ class LiveKeyCache:
             tenant,
             key.id,
             key.label,
-            workflow=key.workflow,
-            priority=key.priority,
+            default_workflow=key.workflow,
+            default_priority=key.priority,
             limits=None if key.limits.empty else key.limits,
         )
         digest = _digest(key)

@@ -63,7 +63,7 @@ async def create(
     labels: Sequence[str],
     expires_in: str | None,
     workflow: str | None,
-    priority: int,
+    priority: str | None,
     budgets: Sequence[str],
     rpm: int | None,
     tpm: int | None,

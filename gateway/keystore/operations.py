@@ -21,6 +21,7 @@ from gateway.keys import generate_key, hash_key, key_id
 from gateway.keystore.cache import now_ms
 from gateway.keystore.records import KeyConflict, KeyLimits, KeyNotFound, KeyNotUsable, LiveKey
 from gateway.ports import AuditSink, KeyStore
+from gateway.routing_config import Priority
 from gateway.telemetry_config import WORKFLOW_PATTERN
 
 logger = logging.getLogger("tollgate.keys")
@@ -45,9 +46,10 @@ class KeySpec(BaseModel):
     # When it stops working: a moment (ISO 8601 or unix seconds), or seconds from now.
     expires_at: datetime | None = None
     expires_in_s: float | None = Field(None, gt=0)
-    # The workflow of its requests that send no x-workflow.
+    # The workflow of its requests that send no x-workflow: one of the config's workflows
+    # (routing.workflows, else telemetry.labels.workflows).
     workflow: str | None = Field(None, pattern=f"^{WORKFLOW_PATTERN}$")
-    priority: int = Field(0, ge=0, le=9)  # stored for routing by priority
+    priority: Priority | None = None  # of its requests that send no x-priority (else normal)
     budgets: list[BudgetConfig] = []  # on top of the tenant's
     rate_limits: RateLimitConfig | None = None  # on top of the tenant's
 
@@ -68,14 +70,17 @@ class KeyOperations:
         self,
         store: KeyStore,
         tenants: Callable[[], Collection[str]],
+        workflows: Collection[str],
         audit: AuditSink | None,
         clock_ms: Callable[[], int] = now_ms,
         changed: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """`tenants`: the tenants configured now (they change with a config reload);
+        `workflows`: the workflow names a key may default to (the config's);
         `changed`: called after each change (the process's own cache reads it at once)."""
         self._store = store
         self._tenants = tenants
+        self._workflows = frozenset(workflows)
         self._audit = audit
         self._clock_ms = clock_ms
         self._changed = changed
@@ -84,6 +89,13 @@ class KeyOperations:
         """(the key, shown once; the key as stored)."""
         if spec.tenant not in self._tenants():
             raise InvalidRequest(f"Unknown tenant {spec.tenant!r}.", param="tenant", code="unknown_tenant")
+        if spec.workflow is not None and spec.workflow not in self._workflows:
+            listed = ", ".join(sorted(self._workflows)) or "none: set routing.workflows"
+            raise InvalidRequest(
+                f"Unknown workflow {spec.workflow!r} (the config's workflows: {listed}).",
+                param="workflow",
+                code="unknown_workflow",
+            )
         now = self._clock_ms()
         expires = _expiry(spec.expires_at, spec.expires_in_s, now)
         for attempt in range(_MINT_TRIES):

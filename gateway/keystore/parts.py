@@ -53,5 +53,5 @@ async def open_live_keys(
             "live keys cannot be read at start; only the config's keys work until they can",
             extra={"store": store.name, "why": exc.message},
         )
-    operations = KeyOperations(store, cache.tenant_names, audit, changed=cache.refresh)
+    operations = KeyOperations(store, cache.tenant_names, config.workflow_names, audit, changed=cache.refresh)
     return LiveKeys(store, cache, operations)

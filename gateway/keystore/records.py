@@ -38,7 +38,7 @@ class LiveKey:
     label: str = ""  # its name for people (and the workflow of its requests, failing both below)
     labels: tuple[tuple[str, str], ...] = ()  # operators' own key=value metadata (team, env, ...)
     workflow: str | None = None  # the request's workflow when it sends no x-workflow header
-    priority: int = 0  # stored for routing by priority; not acted on yet
+    priority: str | None = None  # the request's priority when it sends no x-priority (else normal)
     limits: KeyLimits = field(default_factory=KeyLimits)
     rotated_from: str | None = None  # id of the key this one replaced
     created_by: str = ""  # the credential that made it ("admin:<id>", "cli:<user>")
@@ -95,7 +95,7 @@ class LiveKey:
             label=fixed.get("label", ""),
             labels=tuple(sorted((fixed.get("labels") or {}).items())),
             workflow=fixed.get("workflow"),
-            priority=int(fixed.get("priority", 0)),
+            priority=fixed.get("priority"),
             limits=KeyLimits(
                 tuple(BudgetConfig.model_validate(b) for b in fixed.get("budgets", [])),
                 RateLimitConfig.model_validate(rates) if rates else None,

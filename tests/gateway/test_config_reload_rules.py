@@ -10,7 +10,7 @@ import orjson
 import yaml
 
 from gateway.config import GatewayConfig, load_config
-from gateway.config_reload import ConfigReloader, changed_settings, live_part
+from gateway.config_reload import LIVE, RESTART_ONLY, ConfigReloader, changed_settings, live_part
 from gateway.keys import hash_key
 from gateway.keys_file import append_key, key_entry
 from tests.harness import captured_logs
@@ -143,3 +143,19 @@ async def test_a_key_appended_to_the_keys_file_is_applied(tmp_path: Path) -> Non
 def test_the_shipped_config_stands_as_its_own_live_part() -> None:
     shipped = load_config(ROOT / "tollgate.yaml")
     assert live_part(shipped, shipped) == shipped
+
+
+def test_every_setting_is_either_live_or_restart_only() -> None:
+    assert set(LIVE).isdisjoint(RESTART_ONLY)
+    assert set(LIVE) | set(RESTART_ONLY) == set(GatewayConfig.model_fields)
+
+
+async def test_a_change_to_what_runs_side_by_side_waits_for_a_restart(tmp_path: Path) -> None:
+    watcher, applied, path = reloader(tmp_path, data())
+    mirrored = data()
+    mirrored["models"]["chat"].append({"upstream": "local", "model": "m2", "mirror": 5})
+    write(path, mirrored)
+    with captured_logs() as logs:
+        await watcher.check_once()
+    [line] = lines(logs)
+    assert "side by side" in line["error"] and applied.configs == []

@@ -48,7 +48,7 @@ async def stored(store: KeyStore, tenant: str = "acme", **fields: object) -> str
 
 async def test_a_refresh_serves_the_stores_keys_with_what_they_say(store: SQLiteKeyStore) -> None:
     limits = KeyLimits(rate_limits=RateLimitConfig(requests_per_minute=5))
-    secret = await stored(store, label="ci", workflow="nightly", priority=4, limits=limits)
+    secret = await stored(store, label="ci", workflow="nightly", priority="background", limits=limits)
     plain = await stored(store, "beta")
     cache = LiveKeyCache(store, TENANTS, 0.25, Clock())
     assert cache.find(digest_of(secret)) is None
@@ -60,7 +60,11 @@ async def test_a_refresh_serves_the_stores_keys_with_what_they_say(store: SQLite
         key_id(hash_key(secret)),
         "ci",
     )
-    assert (principal.workflow, principal.priority, principal.limits) == ("nightly", 4, limits)
+    assert (principal.default_workflow, principal.default_priority, principal.limits) == (
+        "nightly",
+        "background",
+        limits,
+    )
     beta = cache.find(digest_of(plain))
     assert beta is not None and beta.tenant == TENANTS["beta"] and beta.limits is None
     assert cache.find(digest_of(generate_key())) is None

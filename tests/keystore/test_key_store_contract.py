@@ -36,7 +36,7 @@ async def test_a_key_reads_back_as_stored_with_its_fixed_parts(key_store: KeySto
         label="ci",
         labels=(("env", "prod"), ("team", "search")),
         workflow="batch",
-        priority=7,
+        priority="critical",
         limits=limits,
         created_by="admin:abc",
         expires_at_ms=NOW + 5,

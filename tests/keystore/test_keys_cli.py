@@ -29,6 +29,7 @@ def config(request: pytest.FixtureRequest, tmp_path: Path, redis_prefix: str) ->
         "tenants": {"acme": {}, "beta": {}},
         "state": state,
         "live_keys": {},
+        "routing": {"workflows": ["nightly"]},
         "audit": {"sink": "jsonl", "path": str(tmp_path / "audit.jsonl")},
     }
     return write_config(tmp_path / "tollgate.yaml", data)
@@ -53,7 +54,7 @@ def test_keys_are_created_listed_rotated_and_revoked_in_the_store(
     code, out, err = run(
         capsys,
         *("keys", "create", "--store", "--config", str(config), "--tenant", "acme", "--label", "batch"),
-        *("--expires-in", "30d", "--workflow", "nightly", "--priority", "5"),
+        *("--expires-in", "30d", "--workflow", "nightly", "--priority", "background"),
         *("--labels", "team=search", "--labels", "env=prod"),
         *("--budget", "day:usd=5", "--budget", "month:tokens=2000000:soft", "--rpm", "60"),
     )
@@ -64,7 +65,7 @@ def test_keys_are_created_listed_rotated_and_revoked_in_the_store(
     run(capsys, "keys", "create", "--store", "--config", str(config), "--tenant", "beta")
     [shown] = listed(capsys, config, "--tenant", "acme")
     assert shown["id"] == kid and shown["state"] == "active"
-    assert (shown["label"], shown["workflow"], shown["priority"]) == ("batch", "nightly", 5)
+    assert (shown["label"], shown["workflow"], shown["priority"]) == ("batch", "nightly", "background")
     assert shown["labels"] == {"env": "prod", "team": "search"}
     assert shown["budgets"] == [
         {"window": "day", "usd": 5.0, "kind": "hard"},
@@ -114,6 +115,8 @@ def test_refusals_are_clear_and_change_nothing(capsys: pytest.CaptureFixture[str
         capsys, "keys", "create", "--store", *base, "--tenant", "acme", "--workflow", "Bad Name"
     )
     assert code == 1 and "workflow" in err
+    code, _, err = run(capsys, "keys", "create", "--store", *base, "--tenant", "acme", "--workflow", "weekly")
+    assert code == 1 and "Unknown workflow 'weekly'" in err and "nightly" in err
     code, _, err = run(capsys, "keys", "revoke", "000000000000", *base)
     assert code == 1 and "No live key" in err
     assert listed(capsys, config) == []

@@ -34,6 +34,7 @@ def live(upstream_sim: RunningSimulator, tmp_path: Path) -> Iterator[RunningGate
         live_keys={},
         admin={"tokens": [hash_key(ADMIN_TOKEN)]},
         audit={"sink": "jsonl", "path": str(tmp_path / "audit.jsonl"), "flush_interval_ms": 0},
+        routing={"workflows": ["nightly"]},
     )
     with running_gateway(config) as gateway:
         yield gateway
@@ -102,8 +103,10 @@ def test_bad_requests_are_refused_in_the_openai_format(live: RunningGateway) -> 
     url = live.url + "/admin/keys"
     unknown = openai_error(httpx.post(url, json={"tenant": "nobody"}, headers=ADMIN), 400)
     assert (unknown["code"], unknown["param"]) == ("unknown_tenant", "tenant")
-    bad = openai_error(httpx.post(url, json={"tenant": "alpha", "priority": 12}, headers=ADMIN), 400)
+    bad = openai_error(httpx.post(url, json={"tenant": "alpha", "priority": "urgent"}, headers=ADMIN), 400)
     assert bad["param"] == "priority"
+    flow = openai_error(httpx.post(url, json={"tenant": "alpha", "workflow": "weekly"}, headers=ADMIN), 400)
+    assert (flow["code"], flow["param"]) == ("unknown_workflow", "workflow")
     label = openai_error(
         httpx.post(url, json={"tenant": "alpha", "labels": {"Bad Name": "x"}}, headers=ADMIN), 400
     )
@@ -120,7 +123,11 @@ def test_bad_requests_are_refused_in_the_openai_format(live: RunningGateway) -> 
 
 def test_a_created_key_works_at_once_and_is_listed_without_its_secret(live: RunningGateway) -> None:
     made = create(
-        live, label="ci-runner", labels={"team": "search", "env": "prod"}, workflow="nightly", priority=3
+        live,
+        label="ci-runner",
+        labels={"team": "search", "env": "prod"},
+        workflow="nightly",
+        priority="background",
     )
     assert made["labels"] == {"env": "prod", "team": "search"}
     key = made.pop("key")
