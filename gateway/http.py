@@ -33,6 +33,8 @@ from gateway.errors import (
 from gateway.exchange import Endpoint, Exchange, Principal
 from gateway.jobs.api import JobsApi, prefers_async
 from gateway.jobs.api_types import ApiAnswer, ApiRequest
+from gateway.keystore.admin import PREFIX as ADMIN_KEYS
+from gateway.keystore.admin import AdminCall
 from gateway.logs import flush_logs
 from gateway.pipeline import Pipeline
 from gateway.ports import EngineReadiness
@@ -86,6 +88,8 @@ class Services:
     jobs: JobsApi | None = None
     # Called once started, with the edge itself: its synchronous calls gate the job puller
     attach_load: Callable[[Any], None] | None = None
+    # /admin/keys[/...]: the call -> (status, JSON); None: no live keys (gateway/keystore/admin.py)
+    admin_keys: Callable[[AdminCall], Awaitable[tuple[int, bytes]]] | None = None
 
 
 class GatewayASGI:
@@ -153,12 +157,15 @@ class GatewayASGI:
                     raise MethodNotAllowed(f"Use POST for {path}.")
                 if self._draining:
                     raise _shutting_down()
-                if services.jobs is not None and prefers_async(headers):
-                    await _submit_async(services.jobs, services, endpoint, headers, request_id, receive, send)
-                else:
-                    await self._counted(
+                # `Prefer: respond-async` with jobs on: queued now, answered later (gateway/jobs/)
+                jobs = services.jobs if services.jobs is not None and prefers_async(headers) else None
+                await (
+                    _submit_async(jobs, services, endpoint, headers, request_id, receive, send)
+                    if jobs is not None
+                    else self._counted(
                         self._model_call(services, endpoint, headers, request_id, receive, send)
                     )
+                )
             elif path == "/v1/models":
                 _require(method, "GET", path)
                 principal = services.authenticate(headers.get("authorization"))
@@ -191,6 +198,8 @@ class GatewayASGI:
                     await services.jobs.handle(_api_request(scope, headers, request_id, receive)),
                     request_id,
                 )
+            elif path == ADMIN_KEYS or path.startswith(ADMIN_KEYS + "/"):
+                await _admin_keys(services, scope, headers, request_id, receive, send)
             else:
                 raise NotFound(f"Unknown path {path}.", code="unknown_url")
         except GatewayError as exc:
@@ -322,6 +331,34 @@ class GatewayASGI:
             watcher.cancel()
         if not relay_task.cancelled():
             relay_task.result()
+
+
+async def _admin_keys(
+    services: Services,
+    scope: Scope,
+    headers: dict[str, str],
+    request_id: str,
+    receive: Receive,
+    send: Send,
+) -> None:
+    if services.admin_keys is None:
+        raise NotFound(
+            "Live keys are not enabled on this gateway: /admin/keys needs an `admin:` block (operator "
+            "token hashes) and a `live_keys:` block.",
+            code="admin_keys_not_configured",
+        )
+    method: str = scope["method"]
+    body = await _read_body(receive, headers, services.max_body_bytes) if method == "POST" else b""
+    call = AdminCall(
+        method,
+        scope["path"],
+        scope.get("query_string", b"").decode("latin-1"),
+        headers.get("authorization"),
+        body,
+        request_id,
+    )
+    status, payload = await services.admin_keys(call)
+    await _send_json(send, status, payload, request_id)
 
 
 def _shutting_down() -> GatewayError:

@@ -68,6 +68,8 @@ def build_telemetry(
     metrics_dir: Path | None = None,
     policy_queue: EvaluationQueue | None = None,
     jobs: JobsSource | None = None,
+    live_keys_age: Callable[[], float] | None = None,
+    config_edits: Callable[[], Mapping[str, int]] | None = None,
 ) -> Telemetry:
     settings = config.telemetry
     resource = _resource(config)
@@ -112,6 +114,14 @@ def build_telemetry(
     registry.observed(spec.CIRCUIT_STATE, circuit_states(routes))
     if jobs is not None:
         async_sources.extend(measure_jobs(registry, jobs))
+    if live_keys_age is not None:
+        read_age = live_keys_age
+        registry.observed(spec.LIVE_KEYS_AGE, lambda: [((), read_age())])
+    if config_edits is not None:
+        read_edits = config_edits
+        registry.observed(
+            spec.CONFIG_EDITS, lambda: [((outcome,), float(n)) for outcome, n in read_edits().items()]
+        )
     if policy_queue is not None:
         _measure_policy_queue(registry, policy_queue)
     otlp = settings.metrics.otlp

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from gateway.config import GatewayConfig, JobsConfig
 from gateway.exchange import Principal
-from gateway.forward import Forwarder
 from gateway.jobs.api import JobsApi
 from gateway.jobs.counters import JobCounters
 from gateway.jobs.pull_gate import PullGate, SyncLoad, ThrottleWatch
@@ -65,9 +64,7 @@ class JobsParts:
 def jobs_parts(
     config: GatewayConfig,
     base: JobsBase,
-    pipeline: Pipeline,
-    forwarder: Forwarder,
-    principals: Mapping[str, Principal],
+    pipeline: Callable[[], Pipeline],
     metered: bool,
     redaction: RedactionSettings,
     authenticate: Callable[[str | None], Principal],
@@ -79,7 +76,7 @@ def jobs_parts(
     jobs = config.jobs
     assert jobs is not None
     plans = MeterPlans(config) if metered else None
-    thawing = Thawing(principals, plans.for_principal if plans is not None else None, redaction)
+    thawing = Thawing(plans.for_principal if plans is not None else None, redaction)
     settings = RunnerSettings(
         concurrency=jobs.concurrency,
         claim_batch=jobs.claim_batch,
@@ -94,7 +91,7 @@ def jobs_parts(
         webhook_attempts=jobs.webhook_attempts,
     )
     hooks = Webhooks(store, sender, jobs)
-    runner = JobRunner(store, pipeline, forwarder, thawing, gate, settings, tracer, hooks, counters)
+    runner = JobRunner(store, pipeline, thawing, gate, settings, tracer, hooks, counters)
     submitter = Submitter(pipeline, upstream_ids, tracer)
     api = JobsApi(store, submitter, runner, authenticate, jobs)
     return JobsParts(store, runner, api, gate, hooks, jobs.pull)
@@ -123,15 +120,14 @@ class Jobs:
 
     def assemble(
         self,
-        pipeline: Pipeline,
-        forwarder: Forwarder,
-        principals: Iterable[Principal],
+        pipeline: Callable[[], Pipeline],
         metered: bool,
         authenticate: Callable[[str | None], Principal],
         tracer: Tracer,
         sender: WebhookSender,
     ) -> JobsApi | None:
-        """The rest of the parts, around the pipeline; the HTTP doors (None without jobs)."""
+        """The rest of the parts, around the pipeline in force (`pipeline()`: a config edit
+        swaps it); the HTTP doors (None without jobs)."""
         if self.base is None:
             return None
         config = self._config
@@ -140,8 +136,6 @@ class Jobs:
             config,
             self.base,
             pipeline,
-            forwarder,
-            {principal.key_id: principal for principal in principals},
             metered,
             RedactionSettings.from_config(config),
             authenticate,

@@ -31,7 +31,6 @@ from typing import Any
 
 from gateway.errors import GatewayError, InternalError, StateStoreUnavailable, UpstreamError, UpstreamTimeout
 from gateway.exchange import Attempt, Exchange
-from gateway.forward import Forwarder
 from gateway.jobs import results, snapshot, webhooks
 from gateway.jobs.counters import JobCounters
 from gateway.jobs.pull_gate import THROTTLE_CODES, PullGate
@@ -69,8 +68,7 @@ class JobRunner:
     def __init__(
         self,
         store: JobStore,
-        pipeline: Pipeline,
-        forwarder: Forwarder,
+        pipeline: Callable[[], Pipeline],
         thawing: Thawing,
         gate: PullGate,
         settings: RunnerSettings,
@@ -80,8 +78,7 @@ class JobRunner:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
-        self._pipeline = pipeline
-        self._forwarder = forwarder
+        self._pipeline = pipeline  # the one in force: a config edit swaps it
         self._thawing = thawing
         self._gate = gate
         self._settings = settings
@@ -129,12 +126,9 @@ class JobRunner:
         """A cancelled job's reservation given back: its finishers run, with nothing spent."""
         if not job.payload:
             return
-        try:
-            exchange = snapshot.thaw(snapshot.decode(job.payload), job.id, 1.0, self._thawing)
-        except snapshot.UnknownPrincipal:
-            return  # nothing to settle under a key that is gone; the reservation's lease ends it
+        exchange = snapshot.thaw(snapshot.decode(job.payload), job.id, 1.0, self._thawing)
         exchange.status, exchange.error_code = 499, results.CANCELLED
-        await self._pipeline.finish(exchange)
+        await self._pipeline().finish(exchange)
 
     async def _pull(self) -> None:
         settings = self._settings
@@ -201,17 +195,9 @@ class JobRunner:
 
     async def _attempt(self, claim: Claim, document: dict[str, Any]) -> None:
         window_left = claim.expires_at - self._clock()
-        try:
-            exchange = snapshot.thaw(
-                document, claim.id, max(0.001, min(self._settings.attempt_s, window_left)), self._thawing
-            )
-        except snapshot.UnknownPrincipal:
-            error = GatewayError(
-                "The API key that submitted this job is no longer valid.", code="invalid_api_key"
-            )
-            error.status = 401
-            await self._end(claim, results.failed(error, self._settings.results_keep_s))
-            return
+        exchange = snapshot.thaw(
+            document, claim.id, max(0.001, min(self._settings.attempt_s, window_left)), self._thawing
+        )
         exchange.trace = trace = self._tracer.begin(exchange)
         try:
             if await self._batch_cancelled(claim):
@@ -248,7 +234,7 @@ class JobRunner:
         exchange.response_body = result.body
         await self._gate.step()
         try:
-            await self._pipeline.finish(exchange)  # settle first: a result stored is a request charged
+            await self._pipeline().finish(exchange)  # settle first: a result stored is a request charged
         finally:
             trace.end(exchange)
         await self._end(claim, result)
@@ -259,17 +245,17 @@ class JobRunner:
         native = snapshot.native_of(document)
         if native is None and exchange.candidates:
             first = exchange.candidates[0]
-            upstream = self._forwarder.upstream(first.upstream)
+            upstream = self._pipeline().forwarder.upstream(first.upstream)
             if isinstance(upstream, QueueingUpstream) and upstream.queues(first.model):
                 native = NativeRef(first.upstream, first.model, "")
         if native is None:
-            return await self._pipeline.respond(exchange)
+            return await self._pipeline().respond(exchange)
         return await self._native(exchange, claim, document, native)
 
     async def _native(
         self, exchange: Exchange, claim: Claim, document: dict[str, Any], native: NativeRef
     ) -> dict[str, Any] | None:
-        upstream = self._forwarder.upstream(native.upstream)
+        upstream = self._pipeline().forwarder.upstream(native.upstream)
         assert isinstance(upstream, QueueingUpstream)
         now = time.monotonic()
         attempt = Attempt(native.upstream, native.model, now)
@@ -296,7 +282,7 @@ class JobRunner:
             response = await upstream.poll(request, native.request_id, claim.id)
         except UpstreamError as exc:
             attempt.ended_at, attempt.status, attempt.error = time.monotonic(), exc.status, exc.code
-            self._pipeline.guard_error(exchange, exc)
+            self._pipeline().guard_error(exchange, exc)
             raise
         attempt.ended_at = time.monotonic()
         if response is None:
@@ -304,7 +290,7 @@ class JobRunner:
             await self._later(claim, document, polled, "upstream_pending")
             return None
         attempt.status = 200
-        return self._pipeline.guard_response(exchange, response.body)
+        return self._pipeline().guard_response(exchange, response.body)
 
     async def _later(self, claim: Claim, document: dict[str, Any], ref: NativeRef, cause: str) -> None:
         delay = min(self._settings.native_poll_max_s, self._settings.native_poll_s * 2 ** min(ref.polls, 16))

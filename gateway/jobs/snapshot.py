@@ -14,13 +14,13 @@ placeholders (and masks any entity the model wrote itself, when the response mod
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from gateway.exchange import Candidate, Endpoint, Exchange, Principal
+from gateway.exchange import Candidate, Endpoint, Exchange, Principal, Tenant
 from gateway.metering.plan import MeterPlan, Periods
 from gateway.metering.records import BudgetCharge, RateCharge
 from gateway.metering.ticket import MeterTicket
@@ -45,13 +45,8 @@ class NativeRef:
 class Thawing:
     """What `thaw` needs from the composition root."""
 
-    principals: Mapping[str, Principal]  # key id -> principal
     plan_for: Callable[[Principal], MeterPlan] | None  # None: metering is off
     redaction: RedactionSettings
-
-
-class UnknownPrincipal(Exception):
-    """The key that submitted the job is no longer configured."""
 
 
 def freeze(exchange: Exchange, http_request_id: str, native: NativeRef | None = None) -> dict[str, Any]:
@@ -64,6 +59,14 @@ def freeze(exchange: Exchange, http_request_id: str, native: NativeRef | None = 
         "endpoint": exchange.endpoint.value,
         "key_id": principal.key_id,
         "tenant": principal.tenant.name,
+        # The principal as admitted: the job was authorised at submission, as a request in
+        # flight is, whatever happens to its key (a live key revoked, a config edit) meanwhile.
+        "principal": {
+            "key_label": principal.key_label,
+            "models": sorted(principal.tenant.models) if principal.tenant.models is not None else None,
+            "workflow": principal.default_workflow,
+            "priority": principal.default_priority,
+        },
         "body": exchange.body,
         "model_alias": exchange.model_alias,
         "workflow": exchange.workflow,
@@ -103,9 +106,10 @@ def native_of(document: dict[str, Any]) -> NativeRef | None:
 
 def thaw(document: dict[str, Any], job_id: str, attempt_s: float, thawing: Thawing) -> Exchange:
     """An Exchange for one attempt of the job, whose deadline is `attempt_s` from now."""
-    principal = thawing.principals.get(document["key_id"])
-    if principal is None or principal.tenant.name != document["tenant"]:
-        raise UnknownPrincipal(document["key_id"])
+    held = document["principal"]
+    models = held["models"]
+    tenant = Tenant(document["tenant"], frozenset(models) if models is not None else None)
+    principal = Principal(tenant, document["key_id"], held["key_label"], held["workflow"], held["priority"])
     now = time.monotonic()
     headers = {"traceparent": document["traceparent"]} if document.get("traceparent") else {}
     exchange = Exchange(

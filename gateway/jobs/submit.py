@@ -33,7 +33,7 @@ def new_job_id(prefix: str = "job") -> str:
 class Submitter:
     def __init__(
         self,
-        pipeline: Pipeline,
+        pipeline: Callable[[], Pipeline],
         upstream_ids: Callable[[str], str],
         tracer: Tracer = NO_TRACER,
         clock: Callable[[], float] = time.time,
@@ -71,7 +71,7 @@ class Submitter:
         )
         exchange.trace = trace = self._tracer.begin(exchange)
         try:
-            await self._pipeline.prepare(exchange)
+            await self._pipeline().prepare(exchange)
             if exchange.stream:
                 raise InvalidRequest(
                     "An async request cannot be streamed: leave out 'stream' (its result is fetched whole).",
@@ -104,10 +104,10 @@ class Submitter:
     async def abandon(self, exchange: Exchange, error: GatewayError) -> None:
         """The job could not be stored: release what its submission reserved."""
         exchange.status, exchange.error_code = error.status, error.code
-        await self._pipeline.finish(exchange)
+        await self._pipeline().finish(exchange)
 
     async def _end(self, exchange: Exchange) -> None:
         try:
-            await self._pipeline.finish(exchange)
+            await self._pipeline().finish(exchange)
         finally:
             exchange.trace.end(exchange)

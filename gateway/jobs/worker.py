@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 
-from gateway.config import GatewayConfig
+from gateway.config import GatewayConfig, load_config
 
 logger = logging.getLogger("tollgate.jobs")
 
@@ -29,7 +29,12 @@ class _NoSyncLoad:
         return None
 
 
-def run_jobs_worker(config: GatewayConfig, nice: int = 0) -> int:
+def run_jobs_worker(config_path: str, nice: int = 0) -> int:
+    from gateway.logs import configure_logging
+    from gateway.redaction.settings import scrubber_for
+
+    config = load_config(config_path)
+    configure_logging(config.server.log_level, scrubber_for(config))
     if config.jobs is None:
         logger.error("the config has no `jobs:` block: there are no jobs to run")
         return 2
