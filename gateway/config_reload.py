@@ -60,6 +60,7 @@ RESTART_ONLY = (
     "routing",
     "prices",
     "metering",
+    "jobs",
 )
 
 Fingerprint = tuple[tuple[str, int, int, int] | None, ...]
