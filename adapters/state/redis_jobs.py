@@ -189,6 +189,7 @@ class RedisJobStore:
                     },
                 )
                 pipe.expireat(key, int(file.expires_at) + 1)
+                pipe.zadd(self._base + "files:" + file.tenant, {file.id: file.created_at})
                 await pipe.execute()
 
         await self._call(run)
@@ -216,6 +217,32 @@ class RedisJobStore:
             return None
         content: bytes = values[1]
         return content
+
+    async def files(self, tenant: str, limit: int) -> list[StoredFile]:
+        index = self._base + "files:" + tenant
+        found: list[StoredFile] = []
+        for file_id in await self._call(lambda: self._redis.zrevrange(index, 0, limit * 2)):
+            stored = await self.file(tenant, file_id.decode())
+            if stored is None:  # expired: drop it from the index
+                await self._call(partial(self._redis.zrem, index, file_id))
+                continue
+            found.append(stored)
+            if len(found) == limit:
+                break
+        return found
+
+    async def delete_file(self, tenant: str, file_id: str) -> bool:
+        if await self.file(tenant, file_id) is None:
+            return False
+
+        async def run() -> None:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.delete(self._base + "file:" + file_id)
+                pipe.zrem(self._base + "files:" + tenant, file_id)
+                await pipe.execute()
+
+        await self._call(run)
+        return True
 
     async def create_batch(
         self, batch: NewBatch, jobs: list[NewJob], refused: list[tuple[NewJob, JobResult]]

@@ -155,6 +155,12 @@ class SQLiteJobStore:
     async def file_content(self, tenant: str, file_id: str) -> bytes | None:
         return await self._run(tx.file_content, tenant, file_id)
 
+    async def files(self, tenant: str, limit: int) -> list[StoredFile]:
+        return await self._run(tx.files, tenant, limit)
+
+    async def delete_file(self, tenant: str, file_id: str) -> bool:
+        return await self._run(tx.delete_file, tenant, file_id)
+
     async def create_batch(
         self, batch: NewBatch, jobs: list[NewJob], refused: list[tuple[NewJob, JobResult]]
     ) -> None:

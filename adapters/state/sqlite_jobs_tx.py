@@ -231,6 +231,19 @@ def file_content(db: sqlite3.Connection, now: float, tenant: str, file_id: str) 
     return bytes(row[0]) if row is not None else None
 
 
+def files(db: sqlite3.Connection, now: float, tenant: str, limit: int) -> list[StoredFile]:
+    rows = db.execute(
+        "SELECT id, tenant, purpose, filename, bytes, created_at, expires_at FROM job_files"
+        " WHERE tenant = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+        (tenant, limit),
+    ).fetchall()
+    return [StoredFile(*row) for row in rows]
+
+
+def delete_file(db: sqlite3.Connection, now: float, tenant: str, file_id: str) -> bool:
+    return db.execute("DELETE FROM job_files WHERE id = ? AND tenant = ?", (file_id, tenant)).rowcount == 1
+
+
 def create_batch(
     db: sqlite3.Connection,
     now: float,

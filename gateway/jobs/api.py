@@ -30,6 +30,7 @@ from gateway.jobs.webhooks_api import WebhooksApi
 ASYNC_PATH = "/v1/async/"
 _PREFIXES = ("/v1/files", "/v1/batches", ASYNC_PATH, "/v1/webhooks")
 _MULTIPART_SLACK = 64 * 1024  # the form's own bytes around the file
+_FILES_LISTED = 10_000  # GET /v1/files: the newest this many
 
 
 def prefers_async(headers: Mapping[str, str]) -> bool:
@@ -117,12 +118,19 @@ class JobsApi:
 
     async def _files(self, request: ApiRequest, tenant: str, rest: list[str]) -> ApiAnswer:
         if not rest:
+            if request.method in ("GET", "HEAD"):
+                listed = [batch_output.file_object(f) for f in await self._store.files(tenant, _FILES_LISTED)]
+                return ApiAnswer(200, orjson.dumps({"object": "list", "data": listed, "has_more": False}))
             if request.method != "POST":
-                raise MethodNotAllowed("Use POST for /v1/files.")
+                raise MethodNotAllowed("Use POST or GET for /v1/files.")
             return await self._upload(request, tenant)
-        if request.method not in ("GET", "HEAD"):
-            raise MethodNotAllowed(f"Use GET for {request.path}.")
         file_id = rest[0]
+        if request.method == "DELETE" and len(rest) == 1:
+            if not await self._store.delete_file(tenant, file_id):
+                raise _no_file(file_id)
+            return ApiAnswer(200, orjson.dumps({"id": file_id, "object": "file", "deleted": True}))
+        if request.method not in ("GET", "HEAD"):
+            raise MethodNotAllowed(f"Use GET (or DELETE) for {request.path}.")
         content = len(rest) == 2 and rest[1] == "content"
         if len(rest) > 2 or (len(rest) == 2 and not content):
             raise NotFound(f"Unknown path {request.path}.", code="unknown_url")

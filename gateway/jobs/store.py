@@ -67,6 +67,12 @@ class JobStore(Protocol):
 
     async def file_content(self, tenant: str, file_id: str) -> bytes | None: ...
 
+    async def files(self, tenant: str, limit: int) -> list[StoredFile]:
+        """The tenant's stored files, newest first."""
+        ...
+
+    async def delete_file(self, tenant: str, file_id: str) -> bool: ...
+
     async def create_batch(
         self, batch: NewBatch, jobs: list[NewJob], refused: list[tuple[NewJob, JobResult]]
     ) -> None:

@@ -192,6 +192,13 @@ def test_files_and_batches_are_the_tenants_own(client: openai.OpenAI, other: ope
         other.files.content(done.output_file_id)
     assert batch.id in [b.id for b in client.batches.list(limit=100)]
     assert client.files.retrieve(uploaded.id).filename == "one.jsonl"
+    assert uploaded.id in [f.id for f in client.files.list()]
+    assert uploaded.id not in [f.id for f in other.files.list()]
+    with pytest.raises(openai.NotFoundError):
+        other.files.delete(uploaded.id)
+    assert client.files.delete(uploaded.id).deleted is True
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(uploaded.id)
 
 
 def test_a_cancelled_batch_runs_no_more_lines(client: openai.OpenAI, sim: RunningSimulator) -> None:

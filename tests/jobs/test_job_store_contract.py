@@ -211,3 +211,20 @@ async def test_webhooks_are_the_tenants_own(job_store: JobStore) -> None:
     assert await job_store.delete_webhook("alpha", "wh-1")
     assert [h.id for h in await job_store.webhooks("alpha")] == ["wh-2"]
     assert [h.url for h in await job_store.webhooks("beta")] == ["https://c.example/hook"]
+
+
+async def test_files_are_listed_newest_first_and_deleted_by_their_tenant_only(job_store: JobStore) -> None:
+    now = time.time()
+    for i in range(3):
+        await job_store.put_file(
+            StoredFile(f"file-{i}", "alpha", "batch", f"{i}.jsonl", 1, now + i, now + 60), b"x"
+        )
+    await job_store.put_file(StoredFile("file-b", "beta", "batch", "b.jsonl", 1, now, now + 60), b"y")
+    assert [f.id for f in await job_store.files("alpha", 10)] == ["file-2", "file-1", "file-0"]
+    assert [f.id for f in await job_store.files("alpha", 2)] == ["file-2", "file-1"]
+    assert not await job_store.delete_file("beta", "file-1")
+    assert await job_store.delete_file("alpha", "file-1")
+    assert not await job_store.delete_file("alpha", "file-1")
+    assert await job_store.file("alpha", "file-1") is None
+    assert [f.id for f in await job_store.files("alpha", 10)] == ["file-2", "file-0"]
+    assert [f.id for f in await job_store.files("beta", 10)] == ["file-b"]
