@@ -18,6 +18,7 @@ import orjson
 from gateway.metering.records import (
     WINDOW_US,
     IdempotencyClaim,
+    LedgerEntry,
     RateState,
     ReserveOutcome,
     ReserveRequest,
@@ -229,28 +230,8 @@ def settle(db: sqlite3.Connection, now_us: int, settlement: Settlement) -> bool:
         )
     for refund in settlement.refunds:
         _give_back(db, now_us, tenant, refund.counter, refund.increment_us)
-    entry = settlement.ledger
-    if entry is not None:
-        db.execute(
-            "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (tenant, day, key_id, model) DO UPDATE SET "
-            "requests = requests + excluded.requests, "
-            "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
-            "cached_tokens = cached_tokens + excluded.cached_tokens, "
-            "completion_tokens = completion_tokens + excluded.completion_tokens, "
-            "cost_micros = cost_micros + excluded.cost_micros",
-            (
-                tenant,
-                entry.day,
-                entry.key_id,
-                entry.model,
-                entry.requests,
-                entry.prompt_tokens,
-                entry.cached_tokens,
-                entry.completion_tokens,
-                entry.cost_micros,
-            ),
-        )
+    if settlement.ledger is not None:
+        add_ledger(db, tenant, settlement.ledger)
     db.execute(
         "INSERT INTO reservations (id, tenant, state, lease_until_us, forget_at_us, charges) "
         "VALUES (?, ?, 's', ?, ?, '[]') ON CONFLICT (id) DO UPDATE SET state = 's', "
@@ -258,6 +239,29 @@ def settle(db: sqlite3.Connection, now_us: int, settlement: Settlement) -> bool:
         (settlement.reservation_id, tenant, now_us, now_us + settlement.keep_s * 1_000_000),
     )
     return True
+
+
+def add_ledger(db: sqlite3.Connection, tenant: str, entry: LedgerEntry) -> None:
+    db.execute(
+        "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (tenant, day, key_id, model) DO UPDATE SET "
+        "requests = requests + excluded.requests, "
+        "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+        "cached_tokens = cached_tokens + excluded.cached_tokens, "
+        "completion_tokens = completion_tokens + excluded.completion_tokens, "
+        "cost_micros = cost_micros + excluded.cost_micros",
+        (
+            tenant,
+            entry.day,
+            entry.key_id,
+            entry.model,
+            entry.requests,
+            entry.prompt_tokens,
+            entry.cached_tokens,
+            entry.completion_tokens,
+            entry.cost_micros,
+        ),
+    )
 
 
 def counters(db: sqlite3.Connection, now_us: int, tenant: str, names: tuple[str, ...]) -> tuple[int, ...]:

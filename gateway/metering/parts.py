@@ -13,6 +13,7 @@ from gateway.config import GatewayConfig, StateConfig
 from gateway.exchange import Candidate
 from gateway.metering.admin import SpendAdmin
 from gateway.metering.bands import BudgetBands
+from gateway.metering.leases import Leases
 from gateway.metering.meter import Meter
 from gateway.metering.plan import MeterPlans
 from gateway.metering.prices import PriceBook
@@ -48,11 +49,12 @@ def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore)
         alias: [Candidate(c.upstream, c.model) for c in candidates]
         for alias, candidates in config.models.items()
     }
+    leases = Leases(store, state.lease_s, state.settled_keep_s) if state.leases else None
     admin = SpendAdmin(store, config.admin.tokens, list(config.tenants)) if config.admin is not None else None
     return MeteringParts(
         store=store,
-        meter=Meter(store, plans, prices, routes, config.metering, state, bands),
-        settle=Settle(store, prices, config.metering, state),
+        meter=Meter(store, plans, prices, routes, config.metering, state, bands, leases=leases),
+        settle=Settle(store, prices, config.metering, state, leases),
         bands=bands,
         admin=admin,
     )
