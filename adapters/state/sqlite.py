@@ -108,7 +108,6 @@ class SQLiteStore:
             db.execute("PRAGMA synchronous = NORMAL")
             db.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
             sqlite_tx.create_schema(db)
-            sqlite_lease_tx.create_schema(db)
             self._db = db
             self._checkpointer.start()
         return self._db

@@ -3,7 +3,7 @@ with exactly the semantics of the Redis script in `redis_lease.py`.
 
 The lease is a row of `reservations` (state o, its budget holds in `charges`), so the sweep
 of every other operation releases its holds when it expires and `open_reservations` counts
-it; `lease_state` keeps its sequence number and the rate units taken. A batch marks its id
+it; `lease_state` (created with the rest of the schema, `sqlite_tx.py`) keeps its sequence number and the rate units taken. A batch marks its id
 settled in `reservations`, as a settle marks a request's.
 """
 
@@ -17,18 +17,6 @@ from adapters.state import sqlite_tx
 from adapters.state.lease_batch import fold
 from gateway.metering.lease_records import LeaseGrant, LeaseSync, SettleBatch
 from gateway.metering.records import WINDOW_US, LedgerEntry, RateState
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS lease_state (
-    id TEXT PRIMARY KEY, seq INTEGER NOT NULL,
-    taken BLOB NOT NULL             -- JSON {rate counter: units taken since the lease began}
-) WITHOUT ROWID
-"""
-
-
-def create_schema(db: sqlite3.Connection) -> None:
-    db.execute(SCHEMA)
-
 
 def lease(db: sqlite3.Connection, now_us: int, sync: LeaseSync) -> LeaseGrant:
     tenant = sync.tenant

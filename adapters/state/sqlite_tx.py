@@ -64,6 +64,10 @@ CREATE TABLE IF NOT EXISTS idempotency (
     expires_us INTEGER NOT NULL, status INTEGER, body BLOB,
     PRIMARY KEY (tenant, key)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lease_state (
+    id TEXT PRIMARY KEY, seq INTEGER NOT NULL,
+    taken BLOB NOT NULL             -- JSON {rate counter: units taken since the lease began}
+) WITHOUT ROWID;
 """
 
 # An expired reservation is remembered as long as a settled one, so a late settle of it
