@@ -108,6 +108,10 @@ class Leases:
     def __len__(self) -> int:
         return len(self._leases)
 
+    def waiting_batches(self) -> int:
+        """Settle batches sent but not known to be applied (the store did not answer)."""
+        return sum(1 for lease in self._leases.values() if lease.sending is not None and lease.broken)
+
     async def draw(
         self,
         plan: MeterPlan,
