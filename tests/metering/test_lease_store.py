@@ -59,7 +59,9 @@ async def test_a_lease_holds_what_a_hard_limit_leaves_and_is_counted_as_used(sto
     other = await store.lease(sync("lease-b", 1, hold(100)))
     assert other.holds == (0,)
     # A soft budget is held as asked.
-    soft = await store.lease(sync("lease-c", 1, LeaseBudget("t:day:2026-11-22:tok", 5000, 0, 10, False, EXPIRES)))
+    soft = await store.lease(
+        sync("lease-c", 1, LeaseBudget("t:day:2026-11-22:tok", 5000, 0, 10, False, EXPIRES))
+    )
     assert soft.holds == (5000,)
 
 
@@ -121,10 +123,14 @@ async def test_rate_units_are_taken_ahead_and_given_back(store: StateStore) -> N
     grant = await store.lease(sync("lease-a", 2, rates=(LeaseRate(rate, 10, 20, 4),)))
     assert grant.taken == (10,)
     assert grant.rates[0].remaining == 0
-    refused = await store.reserve(ReserveRequest("acme", uuid.uuid4().hex, (), (RateCharge(rate, 1, 10),), 60))
+    refused = await store.reserve(
+        ReserveRequest("acme", uuid.uuid4().hex, (), (RateCharge(rate, 1, 10),), 60)
+    )
     assert not refused.admitted
     # Three used: the other seven are given back with the lease.
     await store.lease(sync("lease-a", 3, rates=(LeaseRate(rate, 10, 3, 3),), close=True))
-    admitted = await store.reserve(ReserveRequest("acme", uuid.uuid4().hex, (), (RateCharge(rate, 1, 10),), 60))
+    admitted = await store.reserve(
+        ReserveRequest("acme", uuid.uuid4().hex, (), (RateCharge(rate, 1, 10),), 60)
+    )
     assert admitted.admitted
     assert admitted.rates[0].remaining == 6

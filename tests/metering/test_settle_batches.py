@@ -53,7 +53,9 @@ def request(counter: str, expires_at: int) -> ReserveRequest:
 def settlement(draw_request: ReserveRequest, day: str) -> Settlement:
     [charge] = draw_request.budgets
     ledger = LedgerEntry(day, "k1", "m1", 10, 0, 5, SPENT)
-    return Settlement("acme", draw_request.reservation_id, ((charge.counter, SPENT, charge.expires_at),), (), ledger, 600)
+    return Settlement(
+        "acme", draw_request.reservation_id, ((charge.counter, SPENT, charge.expires_at),), (), ledger, 600
+    )
 
 
 async def busy_lease(leases: Leases, store: RedisStore, n: int) -> list[tuple[LeaseDraw, ReserveRequest]]:
@@ -63,7 +65,9 @@ async def busy_lease(leases: Leases, store: RedisStore, n: int) -> list[tuple[Le
     counter, expires_at = PLAN.budgets[0].counter(at), PLAN.budgets[0].expires_at(at)
     counters = ((counter, expires_at),)
     first = request(counter, expires_at)
-    assert await leases.draw(PLAN, at, counters, first, deadline=asyncio.get_running_loop().time() + 3) is None
+    assert (
+        await leases.draw(PLAN, at, counters, first, deadline=asyncio.get_running_loop().time() + 3) is None
+    )
     outcome = await store.reserve(first)
     leases.observe(PLAN, at, first, outcome)
     await store.settle(settlement(first, at.day))
