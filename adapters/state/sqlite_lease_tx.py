@@ -3,8 +3,9 @@ with exactly the semantics of the Redis script in `redis_lease.py`.
 
 The lease is a row of `reservations` (state o, its budget holds in `charges`), so the sweep
 of every other operation releases its holds when it expires and `open_reservations` counts
-it; `lease_state` (created with the rest of the schema, `sqlite_tx.py`) keeps its sequence number and the rate units taken. A batch marks its id
-settled in `reservations`, as a settle marks a request's.
+it; `lease_state` (made with the rest of the schema, `sqlite_tx.py`) keeps its sequence
+number and the rate units taken. A batch marks its id settled in `reservations`, as a
+settle marks a request's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from adapters.state import sqlite_tx
 from adapters.state.lease_batch import fold
 from gateway.metering.lease_records import LeaseGrant, LeaseSync, SettleBatch
 from gateway.metering.records import WINDOW_US, LedgerEntry, RateState
+
 
 def lease(db: sqlite3.Connection, now_us: int, sync: LeaseSync) -> LeaseGrant:
     tenant = sync.tenant
