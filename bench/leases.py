@@ -2,11 +2,13 @@
 interleaved run; store calls and Redis CPU per request counted on a redis-server of the
 benchmark's own.
 
-    python -m bench.leases [--rounds R] [--duration S] [--base REV] [--no-doc]
+    python -m bench.leases [--rounds R] [--duration S] [--workers N] [--base REV] [--no-doc]
+    python -m bench.leases --profile whole  # py-spy on one worker of a variant under load
 
-Variants, each started fresh and loaded in turn every round (wrk c64, after a warm-up):
-- floor: `bench/floor_proxy.py` (2 workers, same uvicorn settings);
-- spine: the gateway with nothing on (2 workers, access log on);
+Variants, each started fresh and loaded in turn every round (wrk c64, after a warm-up),
+each with `--workers` workers (default 2):
+- floor: `bench/floor_proxy.py` (same uvicorn settings);
+- spine: the gateway with nothing on (access log on);
 - whole: the whole pipeline (the shipped policy with redaction masking both ways, Redis
   budgets and rate limits, the decision log, metrics; `bench/metering.py`'s config) with
   leases (`state.leases: true`, the default);
@@ -100,7 +102,7 @@ def serve(
     proc = stack.procs.start(name, argv, log)
     spine.wait_http_ok(f"http://{spine.HOST}:{port}/healthz", proc, name, log)
     server = spine.Server(name, proc, port, log, {})
-    server.wait_workers(2)
+    server.wait_workers(config["server"]["workers"])
     return proc, port
 
 
@@ -123,16 +125,17 @@ def run_variants(args: argparse.Namespace) -> dict[str, Any]:
                 port = spine.free_port()
                 wanted = state if leases is None else {**state, "leases": leases}
                 config = gateway_config(stack, port, stack.key_hash, wanted, policy)
+                config["server"]["workers"] = args.workers
                 return serve(stack, name, config, tree)
 
             return start
 
         def floor(name: str) -> tuple[Any, int]:
-            server = spine.start_floor(stack, 2)
+            server = spine.start_floor(stack, args.workers)
             return server.proc, server.port
 
         def spine_gateway(name: str) -> tuple[Any, int]:
-            server = spine.start_gateway(stack, 2, True)
+            server = spine.start_gateway(stack, args.workers, True)
             return server.proc, server.port
 
         starts: dict[str, Callable[[str], tuple[Any, int]]] = {
@@ -212,7 +215,7 @@ def section(meta: dict[str, Any], result: dict[str, Any], args: argparse.Namespa
         f"- Command: `python -m bench.leases{meta['args']}` · {meta['date']} · git {meta['git']}",
         f"- {args.rounds} round(s) of {args.duration:g} s per variant, variants interleaved (medians);",
         "  wrk c64;",
-        f"  2 workers each; upstream {result['upstream']}; a redis-server of the benchmark's own",
+        f"  {args.workers} workers each; upstream {result['upstream']}; a redis-server of the benchmark's own",
         "  (appendfsync everysec), so its script calls and CPU are this load's alone.",
         "- Machine: the 2-core VM, shared with other engineers' test runs at the time (busy: the",
         "  absolute figures are low and noisy; read the ratios, which come from the same minutes).",
@@ -245,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per measured wrk run")
     parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument("--workers", type=int, default=2, help="workers of every server")
     parser.add_argument("--base", help="also the whole pipeline of this git revision (before)")
     parser.add_argument("--quiet-wait", type=float, default=3.0, help="max wait for an idle machine per run")
     parser.add_argument("--no-doc", action="store_true")
