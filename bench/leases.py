@@ -4,6 +4,7 @@ benchmark's own.
 
     python -m bench.leases [--rounds R] [--duration S] [--workers N] [--base REV] [--no-doc]
     python -m bench.leases --profile whole  # py-spy on one worker of a variant under load
+    python -m bench.leases --micro          # one request's metering in process: exact vs leased
 
 Variants, each started fresh and loaded in turn every round (wrk c64, after a warm-up),
 each with `--workers` workers (default 2):
@@ -26,6 +27,7 @@ bench/results/leases-*.json and the "Leases" section of docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import json
 import statistics
@@ -33,16 +35,24 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import redis
 
+from adapters.state.redis import RedisStore
 from bench import harness as spine
 from bench.metering import gateway_config, policy_dir
 from bench.profile import profile
 from gateway.keys import generate_key, hash_key
+from gateway.metering.leases import Leases
+from gateway.metering.plan import Budget, MeterPlan, Periods, RateLimit
+from gateway.metering.records import BudgetCharge, LedgerEntry, RateCharge, ReserveRequest, Settlement
+
+MICRO_REDIS = "redis://127.0.0.1:6379/0"
 
 
 def start_redis(procs: spine.Processes, tmp: Path) -> int:
@@ -200,6 +210,66 @@ def profile_variant(
     return {"profile": result}
 
 
+async def micro(n_per_worker: int = 200, concurrency: int = 64) -> dict[str, float]:
+    """In process, on the local Redis: the metering of one request, as the meter stage and the
+    settle finisher make it (two budgets, two rate limits, a ledger row), exact (reserve +
+    settle) against leased (draw + settled, the batches sent in the background), 64 at once;
+    this process's CPU per request."""
+    prefix = f"tgbench-{uuid.uuid4().hex[:8]}"
+    store = RedisStore(MICRO_REDIS, prefix)
+    leases = Leases(store, 60, 900)
+    plan = MeterPlan(
+        budgets=(Budget("t", "day", "usd", 10**15, True), Budget("t", "month", "tok", 10**15, True)),
+        rates=(RateLimit("t", "requests", 10**9), RateLimit("t", "tokens", 10**12)),
+    )
+    at = Periods.of(datetime.now(UTC))
+    counters = tuple((b.counter(at), b.expires_at(at)) for b in plan.budgets)
+    amounts = (16_900, 4_200)
+    loop = asyncio.get_running_loop()
+
+    async def one(exact: bool) -> None:
+        made = ReserveRequest(
+            "bench",
+            uuid.uuid4().hex,
+            tuple(BudgetCharge(c, a, 10**15, True, e) for (c, e), a in zip(counters, amounts, strict=True)),
+            (RateCharge("t:rpm", 1, 10**9), RateCharge("t:tpm", 4_200, 10**12)),
+            60.0,
+        )
+        spent = tuple((c, 300, e) for c, e in counters)
+        settlement = Settlement(
+            "bench", made.reservation_id, spent, (), LedgerEntry(at.day, "k", "m", 100, 60, 40, 300), 900
+        )
+        got = None if exact else await leases.draw(plan, at, counters, made, loop.time() + 30)
+        if got is not None:
+            leases.settled(got[0], settlement, 140)
+        else:
+            leases.observe(plan, at, made, await store.reserve(made))
+            await store.settle(settlement)
+        await asyncio.sleep(0)  # as a request's other awaits would: the loop runs its timers
+
+    async def worker(exact: bool) -> None:
+        for _ in range(n_per_worker):
+            await one(exact)
+
+    figures: dict[str, float] = {}
+    try:
+        for exact in (True, False, True, False):
+            started = time.process_time()
+            await asyncio.gather(*(worker(exact) for _ in range(concurrency)))
+            cpu_ms = 1000 * (time.process_time() - started) / (n_per_worker * concurrency)
+            name = "exact_cpu_ms" if exact else "leased_cpu_ms"
+            figures[name] = min(figures.get(name, cpu_ms), cpu_ms)
+    finally:
+        await leases.aclose()
+        await store.aclose()
+        client = redis.Redis.from_url(MICRO_REDIS)
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
+    return figures
+
+
 def medians(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
     fields = ("rps", "cpu_ms_per_request", "store_calls_per_request", "redis_cpu_ms_per_request")
     fields += ("rss_mb_max",)
@@ -213,10 +283,9 @@ def section(meta: dict[str, Any], result: dict[str, Any], args: argparse.Namespa
         "## Leases",
         "",
         f"- Command: `python -m bench.leases{meta['args']}` · {meta['date']} · git {meta['git']}",
-        f"- {args.rounds} round(s) of {args.duration:g} s per variant, variants interleaved (medians);",
-        "  wrk c64;",
-        f"  {args.workers} workers each; upstream {result['upstream']}; a redis-server of the benchmark's own",
-        "  (appendfsync everysec), so its script calls and CPU are this load's alone.",
+        f"- {args.rounds} round(s) of {args.duration:g} s per variant, interleaved (medians); wrk c64;",
+        f"  {args.workers} workers each; upstream {result['upstream']}; a redis-server of the benchmark's",
+        "  own (appendfsync everysec), so its script calls and CPU are this load's alone.",
         "- Machine: the 2-core VM, shared with other engineers' test runs at the time (busy: the",
         "  absolute figures are low and noisy; read the ratios, which come from the same minutes).",
         "",
@@ -252,9 +321,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", help="also the whole pipeline of this git revision (before)")
     parser.add_argument("--quiet-wait", type=float, default=3.0, help="max wait for an idle machine per run")
     parser.add_argument("--no-doc", action="store_true")
+    parser.add_argument(
+        "--micro", action="store_true", help="in process: one request's metering, exact vs leased"
+    )
     parser.add_argument("--profile", help="py-spy one worker of this variant (whole, spine...) instead")
     args = parser.parse_args(argv)
     spine.QUIET_MAX_WAIT_S = args.quiet_wait
+    if args.micro:
+        print(asyncio.run(micro()))
+        return 0
     with spine.machine_lock():
         result = run_variants(args)
     meta = spine.run_meta(argv)
