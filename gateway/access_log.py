@@ -36,6 +36,9 @@ class AccessLog:
                 "key_id": principal.key_id if principal else None,
                 "endpoint": exchange.endpoint.value,
                 "model": exchange.model_alias or None,
+                "routed_alias": exchange.routed_alias,  # the alias a policy moved the request to
+                "workflow": exchange.workflow,
+                "priority": exchange.priority,
                 "upstream": last.upstream if last else None,
                 "upstream_model": last.model if last else None,
                 "replica": last.replica if last else None,  # index in the upstream's `replicas`

@@ -1,5 +1,5 @@
 """A settle batch folded into the sums a store applies: spent per counter, rate refunds per
-limit, ledger increments per day and (key, model). Shared by the Redis and SQLite stores,
+limit, ledger increments per day and (key, model, workflow). Shared by the Redis and SQLite stores,
 so both apply a batch the same way, in one step whatever its size."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ LEDGER_FIELDS = ("requests", "prompt_tokens", "cached_tokens", "completion_token
 class FoldedBatch:
     spent: dict[str, list[int]] = field(default_factory=dict)  # counter -> [amount, expires_at]
     refunds: dict[str, int] = field(default_factory=dict)  # rate counter -> increment_us given back
-    # day -> (key_id, model) -> the five ledger sums, in LEDGER_FIELDS order
-    ledger: dict[str, dict[tuple[str, str], list[int]]] = field(default_factory=dict)
+    # day -> (key_id, model, workflow) -> the five ledger sums, in LEDGER_FIELDS order
+    ledger: dict[str, dict[tuple[str, str, str], list[int]]] = field(default_factory=dict)
 
 
 def fold(batch: SettleBatch) -> FoldedBatch:
@@ -30,7 +30,8 @@ def fold(batch: SettleBatch) -> FoldedBatch:
             folded.refunds[refund.counter] = folded.refunds.get(refund.counter, 0) + refund.increment_us
         entry = settlement.ledger
         if entry is not None:
-            row = folded.ledger.setdefault(entry.day, {}).setdefault((entry.key_id, entry.model), [0] * 5)
+            key = (entry.key_id, entry.model, entry.workflow)
+            row = folded.ledger.setdefault(entry.day, {}).setdefault(key, [0] * 5)
             row[0] += entry.requests
             row[1] += entry.prompt_tokens
             row[2] += entry.cached_tokens

@@ -194,9 +194,9 @@ def lease_call(base: str, sync: LeaseSync) -> tuple[tuple[str, ...], tuple[str |
     args += list(refunds.values())
     for rows in ledger.values():
         args.append(len(rows) * 5)
-        for (key_id, model), sums in rows.items():
+        for (key_id, model, workflow), sums in rows.items():
             for name, value in zip(LEDGER_FIELDS, sums, strict=True):
-                args += (f"{key_id}\t{model}\t{name}", value)
+                args += (f"{key_id}\t{model}\t{workflow}\t{name}", value)
     return tuple(keys), tuple(args)
 
 

@@ -161,9 +161,8 @@ def _apply_batch(db: sqlite3.Connection, now_us: int, tenant: str, batch: Settle
     for counter, increment_us in folded.refunds.items():
         sqlite_tx._give_back(db, now_us, tenant, counter, increment_us)
     for day, rows in folded.ledger.items():
-        for (key_id, model), sums in rows.items():
-            sqlite_tx.add_ledger(
-                db, tenant, LedgerEntry(day, key_id, model, sums[1], sums[2], sums[3], sums[4], sums[0])
-            )
+        for (key_id, model, workflow), sums in rows.items():
+            entry = LedgerEntry(day, key_id, model, sums[1], sums[2], sums[3], sums[4], sums[0], workflow)
+            sqlite_tx.add_ledger(db, tenant, entry)
     _mark_settled(db, now_us, tenant, batch.batch_id, batch.keep_s * 1_000_000)
     return True

@@ -35,6 +35,7 @@ def test_an_operator_holding_the_key_derives_the_same_id() -> None:
         digest = hmac.new(key, request_id.encode(), hashlib.sha256).digest()
         assert ids(request_id) == str(uuid.UUID(bytes=digest[:16], version=4))
 
+
 def test_the_upstream_id_is_a_version_4_uuid_derived_under_the_key() -> None:
     ids = UpstreamIds(b"k" * 32)
     derived = ids("078-05-1120")
