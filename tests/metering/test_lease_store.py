@@ -134,3 +134,23 @@ async def test_rate_units_are_taken_ahead_and_given_back(store: StateStore) -> N
     )
     assert admitted.admitted
     assert admitted.rates[0].remaining == 6
+
+
+async def test_a_batch_keeps_each_ledger_row_apart_by_workflow(store: StateStore) -> None:
+    settlements = tuple(
+        Settlement(
+            "acme",
+            uuid.uuid4().hex,
+            ((COUNTER, 10, EXPIRES),),
+            (),
+            LedgerEntry(DAY, "k1", "m1", 10, 0, 5, 10, workflow=workflow),
+            keep_s=600,
+        )
+        for workflow in ("search", "search", "default")
+    )
+    await store.lease(sync("lease-a", 1, hold(0), batch=SettleBatch(uuid.uuid4().hex, settlements, 600)))
+    rows = await store.spend(("acme",), DAY, DAY)
+    assert sorted((row.workflow, row.requests, row.cost_micros) for row in rows) == [
+        ("default", 1, 10),
+        ("search", 2, 20),
+    ]
