@@ -129,6 +129,9 @@ class Leases:
         self._plans[id(plan)] = plan
         demand = self._demand.get(key)
         if demand is None:
+            # A new plan, or a new day: the days before are not metered again.
+            for stale in [k for k in self._demand if k[1] != periods.day]:
+                del self._demand[stale]
             demand = self._demand[key] = _Demand(now)
         demand.note(now)
         self._span_s = max(self._span_s, deadline - now)
