@@ -125,6 +125,7 @@ def run_variants(args: argparse.Namespace) -> dict[str, Any]:
         stack = spine.start_stack(procs, tmp, "auto", 1)
         stack = dataclasses.replace(stack, api_key=key, key_hash=hash_key(key))
         script = spine.write_wrk_script(stack)
+        stream_script = write_stream_script(stack)
         redis_port = start_redis(procs, tmp)
         policy = policy_dir(tmp)
         redis_url = f"redis://{spine.HOST}:{redis_port}/0"
@@ -136,6 +137,9 @@ def run_variants(args: argparse.Namespace) -> dict[str, Any]:
                 wanted = state if leases is None else {**state, "leases": leases}
                 config = gateway_config(stack, port, stack.key_hash, wanted, policy)
                 config["server"]["workers"] = args.workers
+                sim = f"http://{spine.HOST}:{stack.sim_port}/v1"
+                config["upstreams"]["sim"] = {"kind": "openai_compat", "base_url": sim}
+                config["models"][spine.STREAM_ALIAS] = [{"upstream": "sim", "model": "bench-upstream-model"}]
                 return serve(stack, name, config, tree)
 
             return start
@@ -176,6 +180,8 @@ def run_variants(args: argparse.Namespace) -> dict[str, Any]:
                 run["store_calls_per_request"] = (calls1 - calls0) / served
                 run["redis_cpu_ms_per_request"] = 1000 * (cpu1 - cpu0) / served
                 run["rss_mb_max"] = max(rss) if rss else 0.0
+                if args.streams and name != "floor":
+                    run["stream"] = stream_figures(stack, stream_script, proc, port, args)
                 runs[name].append(run)
                 print(
                     f"{name:12s} rps {run['rps']:8,.0f}  cpu {run['cpu_ms_per_request']:.3f} ms  "
@@ -185,12 +191,47 @@ def run_variants(args: argparse.Namespace) -> dict[str, Any]:
                     flush=True,
                 )
                 procs.stop(proc)
-        return {"upstream": stack.upstream_kind, "runs": runs, "medians": medians(runs)}
+        return {
+            "upstream": stack.upstream_kind,
+            "runs": runs,
+            "medians": medians(runs),
+            "streams": stream_medians(runs),
+        }
     finally:
         procs.stop_all()
         if base is not None:
             remove = ["git", "-C", str(spine.ROOT), "worktree", "remove", "--force", str(base)]
             subprocess.run(remove, check=False)
+
+
+def write_stream_script(stack: spine.Stack) -> Path:
+    """wrk's script for streams: the benchmark's chat body with `stream: true` to the alias
+    the simulator serves (its default answer: 16 tokens, one event each)."""
+    doc = json.loads(spine.CHAT_BODY)
+    doc["model"], doc["stream"] = spine.STREAM_ALIAS, True
+    path = stack.tmp / "stream.lua"
+    body = json.dumps(doc, separators=(",", ":"))
+    path.write_text(spine.WRK_SCRIPT.format(body=body, key=stack.api_key))
+    return path
+
+
+def stream_figures(
+    stack: spine.Stack, script: Path, proc: subprocess.Popen[bytes], port: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Streams through the variant: wrk c64 (throughput, CPU), then TTFB one at a time against
+    the simulator called directly, alternating (`harness.stream_ttfb`)."""
+    url = f"http://{spine.HOST}:{port}{spine.CHAT_PATH}"
+    load = spine.served_load(url, proc.pid, script, 64, args.duration)
+    if load["errors"] or load.get("non2xx"):
+        raise spine.BenchError(f"streams saw errors: {load}")
+    server = spine.Server("streams", proc, port, stack.tmp / "streams.log", {})
+    ttfb = spine.stream_ttfb(stack, server, args.stream_n, warmup=20)
+    return {
+        "rps": load["rps"],
+        "cpu_ms_per_request": load["cpu_ms_per_request"],
+        "ttfb_added_p50_ms": ttfb["gateway_ttfb"]["p50_ms"] - ttfb["direct_ttfb"]["p50_ms"],
+        "ttfb": ttfb,
+    }
 
 
 def profile_variant(
@@ -270,6 +311,15 @@ async def micro(n_per_worker: int = 200, concurrency: int = 64) -> dict[str, flo
     return figures
 
 
+def stream_medians(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    fields = ("rps", "cpu_ms_per_request", "ttfb_added_p50_ms")
+    return {
+        name: {f: statistics.median(r["stream"][f] for r in rs) for f in fields}
+        for name, rs in runs.items()
+        if rs and "stream" in rs[0]
+    }
+
+
 def medians(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
     fields = ("rps", "cpu_ms_per_request", "store_calls_per_request", "redis_cpu_ms_per_request")
     fields += ("rss_mb_max",)
@@ -309,6 +359,24 @@ def section(meta: dict[str, Any], result: dict[str, Any], args: argparse.Namespa
             f"| {v['store_calls_per_request']:.3f} | {v['redis_cpu_ms_per_request']:.4f} "
             f"| {v['rss_mb_max']:.0f} |"
         )
+    streams = result.get("streams") or {}
+    if "spine" in streams:
+        base_rps = streams["spine"]["rps"]
+        lines += [
+            "",
+            "Streams (the simulator's 16-token answer, one event a token; wrk c64; TTFB one at a time,",
+            f"{args.stream_n} each way, alternating with the simulator called directly):",
+            "",
+            "| variant | streams / s at c64 | of spine's | CPU ms / stream | added TTFB p50 |",
+            "|---|---|---|---|---|",
+        ]
+        for name in ("spine", "base", "whole-exact", "whole"):
+            if name in streams:
+                v = streams[name]
+                lines.append(
+                    f"| {name} | {v['rps']:,.0f} | {100 * v['rps'] / base_rps:.0f} % "
+                    f"| {v['cpu_ms_per_request']:.3f} | {v['ttfb_added_p50_ms']:+.3f} ms |"
+                )
     return "\n".join(lines)
 
 
@@ -321,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", help="also the whole pipeline of this git revision (before)")
     parser.add_argument("--quiet-wait", type=float, default=3.0, help="max wait for an idle machine per run")
     parser.add_argument("--no-doc", action="store_true")
+    parser.add_argument("--streams", action="store_true", help="also streams: throughput at c64, TTFB")
+    parser.add_argument("--stream-n", type=int, default=200, help="streamed requests each way for TTFB")
     parser.add_argument(
         "--micro", action="store_true", help="in process: one request's metering, exact vs leased"
     )
