@@ -158,6 +158,8 @@ def run_variants(args: argparse.Namespace) -> dict[str, Any]:
             "whole": whole(True),
             "whole-exact": whole(False),
         }
+        if args.only:
+            starts = {name: start for name, start in starts.items() if name in args.only.split(",")}
         if args.base:
             base = base_tree(args.base, tmp)
             starts["base"] = whole(None, base)
@@ -244,7 +246,7 @@ def profile_variant(
         warmup=args.warmup, profile_seconds=args.duration, profile_rate=200, native=False
     )
     result = profile(stack, server, options, tmp)
-    for title in ("inclusive", "self_python"):
+    for title in ("areas", "inclusive", "self_python"):
         print(f"-- {title}")
         for row in result[title][:25]:
             print(f"{row['pct']:5.1f} %  {row['function']}")
@@ -389,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", help="also the whole pipeline of this git revision (before)")
     parser.add_argument("--quiet-wait", type=float, default=3.0, help="max wait for an idle machine per run")
     parser.add_argument("--no-doc", action="store_true")
+    parser.add_argument("--only", help="comma-separated variants to run (default: all)")
     parser.add_argument("--streams", action="store_true", help="also streams: throughput at c64, TTFB")
     parser.add_argument("--stream-n", type=int, default=200, help="streamed requests each way for TTFB")
     parser.add_argument(
