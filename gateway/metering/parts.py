@@ -1,12 +1,13 @@
 """Metering's parts, built from config around one state store, for the composition root.
 
-Metering is on when the config has a `state` block, or when any tenant or key has budgets
-or rate limits (then on the embedded SQLite store). With it on, every request's spend goes
+Metering is on when the config has a `state` or a `live_keys` block, or when any tenant or
+key has budgets or rate limits (then on the embedded SQLite store). With it on, every request's spend goes
 to the ledger, metered or not.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gateway.config import GatewayConfig, StateConfig
@@ -25,6 +26,8 @@ def state_config(config: GatewayConfig) -> StateConfig | None:
     """The store to use, or None when nothing is metered and no store is configured."""
     if config.state is not None:
         return config.state
+    if config.live_keys is not None:  # live keys live in the state store, and may carry budgets
+        return StateConfig()
     return StateConfig() if MeterPlans(config).any_metered else None
 
 
@@ -35,13 +38,37 @@ class MeteringParts:
     settle: Settle  # a finisher
     bands: BudgetBands  # `await bands.band(principal)` for the policy input's "budget"
     admin: SpendAdmin | None  # GET /admin/spend, when `admin` is configured
+    leases: Leases | None = None  # this worker's leases (`state.leases`), shared by every meter
 
     async def aclose(self) -> None:
         await self.settle.aclose()
         await self.store.aclose()
 
 
+def replanned(parts: MeteringParts, config: GatewayConfig, state: StateConfig) -> MeteringParts:
+    """The same store and settle, with the meter, bands and spend report of an edited config
+    (its tenants, keys and model aliases: a config reload)."""
+    meter, bands, admin = _planned(config, state, parts.store, parts.leases)
+    return dataclasses.replace(parts, meter=meter, bands=bands, admin=admin)
+
+
 def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore) -> MeteringParts:
+    leases = Leases(store, state.lease_s, state.settled_keep_s) if state.leases else None
+    meter, bands, admin = _planned(config, state, store, leases)
+    prices = PriceBook.from_config(config.prices)
+    return MeteringParts(
+        store=store,
+        meter=meter,
+        settle=Settle(store, prices, config.metering, state, leases),
+        bands=bands,
+        admin=admin,
+        leases=leases,
+    )
+
+
+def _planned(
+    config: GatewayConfig, state: StateConfig, store: StateStore, leases: Leases | None
+) -> tuple[Meter, BudgetBands, SpendAdmin | None]:
     plans = MeterPlans(config)
     prices = PriceBook.from_config(config.prices)
     bands = BudgetBands(store, plans, config.metering.band_cache_s)
@@ -49,12 +76,6 @@ def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore)
         alias: [Candidate(c.upstream, c.model) for c in candidates if c.mirror is None]
         for alias, candidates in config.models.items()
     }
-    leases = Leases(store, state.lease_s, state.settled_keep_s) if state.leases else None
     admin = SpendAdmin(store, config.admin.tokens, list(config.tenants)) if config.admin is not None else None
-    return MeteringParts(
-        store=store,
-        meter=Meter(store, plans, prices, routes, config.metering, state, bands, leases=leases),
-        settle=Settle(store, prices, config.metering, state, leases),
-        bands=bands,
-        admin=admin,
-    )
+    meter = Meter(store, plans, prices, routes, config.metering, state, bands, leases=leases)
+    return meter, bands, admin
