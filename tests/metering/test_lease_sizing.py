@@ -5,6 +5,7 @@ reserved exactly) once it would cover fewer than eight requests."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,8 +15,8 @@ import pytest
 from adapters.state.sqlite import SQLiteStore
 from gateway.metering.lease import LeaseDraw
 from gateway.metering.leases import MIN_REQUESTS, SHARE, Leases
-from gateway.metering.plan import Budget, MeterPlan, Periods
-from gateway.metering.records import BudgetCharge, ReserveRequest, Settlement
+from gateway.metering.plan import Budget, MeterPlan, Periods, RateLimit
+from gateway.metering.records import BudgetCharge, RateCharge, ReserveRequest, Settlement
 
 pytestmark = pytest.mark.usefixtures("one_budget_day")
 
@@ -117,6 +118,37 @@ async def test_slices_shrink_with_what_is_left_then_give_way_to_exact_reservatio
             await asyncio.sleep(0.05)
         assert [await draw(leases) for _ in range(20)] == [None] * 20
         assert await store.open_reservations("acme") == 0
+    finally:
+        await leases.aclose()
+        await store.aclose()
+
+
+async def test_rate_limit_headers_from_a_slice_count_down_within_the_limit(store: SQLiteStore) -> None:
+    per_minute = 100_000
+    plan = MeterPlan(rates=(RateLimit("t", "requests", per_minute),))
+    leases = Leases(store, lease_grace_s=1, keep_s=600)
+    at = today()
+
+    def made() -> ReserveRequest:
+        return ReserveRequest("acme", uuid.uuid4().hex, (), (RateCharge("t:rpm", 1, per_minute),), 60)
+
+    try:
+        first = made()
+        assert await leases.draw(plan, at, (), first, asyncio.get_running_loop().time() + 3) is None
+        leases.observe(plan, at, first, await store.reserve(first))
+        shown: list[int] = []
+        for _ in range(60):
+            got = await leases.draw(plan, at, (), made(), asyncio.get_running_loop().time() + 3)
+            if got is not None:
+                shown.append(got[1].rates[0].remaining)
+                leases.settled(got[0], None, tokens=0)
+        assert len(shown) > 30  # most were admitted from the slice
+        # What a client is told: never more than the limit, and one less per request admitted
+        # from the slice (between the worker's calls to the store, which may add refill).
+        assert all(0 < remaining <= per_minute for remaining in shown)
+        assert max(shown) <= per_minute - 1  # the exact first request is counted
+        steps = [a - b for a, b in itertools.pairwise(shown)]
+        assert steps.count(1) >= len(steps) // 2
     finally:
         await leases.aclose()
         await store.aclose()
