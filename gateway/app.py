@@ -33,6 +33,8 @@ from gateway.keys import KeyRing, key_id
 from gateway.metering.counted import CountedUsage
 from gateway.metering.idempotency import IdempotencyOnly
 from gateway.metering.parts import metering_parts, state_config
+from gateway.metering.prices import PriceBook
+from gateway.operators import OperatorTokens
 from gateway.metering.produced import ProducedText
 from gateway.pipeline import Finisher, Pipeline, Stage
 from gateway.policy.cache import DecisionCache
@@ -41,9 +43,16 @@ from gateway.redaction.guard import RedactionGuard
 from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
 from gateway.request_ids import UpstreamIds
+from gateway.routing.context_windows import ContextWindows
 from gateway.routing.probes import HealthProber
 from gateway.routing.readiness import upstream_readiness
 from gateway.routing.upstream_route import build_routes, probe_targets
+from gateway.sessions.settings import SessionSettings
+from gateway.sessions.stages import SessionCheck, SessionOpen
+from gateway.sessions.store_access import SessionStore
+from gateway.sessions.summarizer import InternalAdmit, Summarizer
+from gateway.sessions.update import SessionRecorder
+from gateway.sessions.views import SessionViews
 from gateway.stages.admit import Admit
 from gateway.stages.decide import Decide
 from gateway.stages.redact import Redact
@@ -123,7 +132,10 @@ def build_services(
         prober = HealthProber(probe_targets(routes))
         audit = audit_sink_from(config)
         state = state_config(config)
-        metering = metering_parts(config, state, build_state_store(state)) if state is not None else None
+        settings = SessionSettings(config) if config.sessions.enabled else None
+        metering = (
+            metering_parts(config, state, build_state_store(state), settings) if state is not None else None
+        )
         if metering is not None:
             await warn_if_not_durable(metering.store)
         band = metering.bands.band if metering is not None else None
@@ -140,21 +152,44 @@ def build_services(
             )
         )
         meter: list[Stage] = [metering.meter] if metering else [keys_only] if keys_only else []
+        # Sessions: on metering's store (the record rides on its settle), else the embedded one.
+        sessions = (
+            SessionStore(
+                (lambda: metering.store) if metering else (lambda: build_state_store(config.state or embedded)),
+                config.sessions.cache_s,
+            )
+            if settings is not None
+            else None
+        )
+        upstream_ids = UpstreamIds(key.encode() if (key := config.server.request_id_key) else None)
+        summarizer = Summarizer(upstream_ids)
+        windows = ContextWindows(config.context_windows)
+        request_side: list[Stage] = [redact, ToolOffer(), ImageDestinations(), ContextCap()]
+        session_check = (
+            [SessionCheck(settings, sessions, summarizer, scrubber_for(config), metered=metering is not None)]
+            if settings is not None and sessions is not None
+            else []
+        )
         stages: list[Stage] = [
             admit,
+            *([SessionOpen(sessions)] if sessions is not None else []),
             *decide,
-            redact,
-            ToolOffer(),
-            ImageDestinations(),
-            ContextCap(),
+            *request_side,
+            *session_check,
             *meter,
             route,
+            windows,
         ]
         # The gateway's count of usage the upstream did not report first, then settle, so the
         # access log and the audit record see the settled request.
         finishers: list[Finisher] = [
             CountedUsage(),
             *([metering.settle] if metering else [keys_only] if keys_only else []),
+            *(
+                [SessionRecorder(sessions, settings, PriceBook.from_config(config.prices))]
+                if sessions is not None and settings is not None
+                else []
+            ),
             *([AccessLog()] if config.server.access_log else []),
             *([AuditCompletion(audit)] if audit else []),
         ]
@@ -178,6 +213,12 @@ def build_services(
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
         pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
+        # Summaries of compact checkpoints: the same pipeline, for the session's own principal.
+        summary_stages: list[Stage] = [InternalAdmit(), *decide, *request_side, *meter, route, windows]
+        summarizer.bind(
+            Pipeline(summary_stages, forwarder, guards, finishers, error_guards=[redaction_guard]),
+            telemetry.tracer,
+        )
 
         async def close() -> None:
             await telemetry.aclose()  # first: its last export still reads the state store (budgets)
@@ -191,6 +232,8 @@ def build_services(
                 await metering.aclose()
             if keys_only is not None:
                 await keys_only.aclose()
+            if sessions is not None:
+                await sessions.aclose(owned=metering is None)
 
         prober.start()  # last: a start that failed above leaves no background task behind
         telemetry.metrics.start()
@@ -205,8 +248,16 @@ def build_services(
             admin_spend=metering.admin.spend if metering and metering.admin else None,
             tracer=telemetry.tracer,
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
-            upstream_ids=UpstreamIds(key.encode() if (key := config.server.request_id_key) else None),
+            upstream_ids=upstream_ids,
             policy_readiness=(engine.name, engine.readiness) if engine is not None else None,
+            sessions=SessionViews(
+                sessions,
+                admit.authenticate,
+                OperatorTokens(config.admin.tokens).authorize if config.admin is not None else None,
+                list(config.tenants),
+            )
+            if sessions is not None
+            else None,
         )
 
     return build

@@ -29,6 +29,7 @@ from gateway.config import (
 )
 from gateway.keys import generate_key, hash_key
 from gateway.keys_file import append_key, entry_line, key_entry
+from gateway.sessions import commands as session_commands
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_policy_commands(commands)
 
     _add_spend_command(commands)
+    session_commands.add_commands(commands)
 
     args, rest = parser.parse_known_args(argv)
     if args.command == "sim":
@@ -83,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             return _audit_verify(args.path, args.redis, args.stream)
         if args.command == "policy":
             return _policy(args)
+        if args.command == "sessions":
+            return _sessions(args)
         if args.command == "spend":
             return _spend(args.config, args.tenant, args.since, args.until, args.json)
         return _config_check(args.file)
@@ -200,6 +204,13 @@ def _spend(
         return 1
     print(orjson.dumps(spend_document(rows, first, last)).decode() if as_json else spend_table(rows))
     return 0
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    from adapters.state import build_state_store
+
+    config = load_config(args.config)
+    return session_commands.run(args, config, build_state_store(session_commands.state_of(config)))
 
 
 def _audit_verify(path: str | None, redis_url: str | None, stream: str) -> int:

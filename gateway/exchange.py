@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from gateway.metering.ticket import MeterTicket
     from gateway.policy.decision import Decision
     from gateway.redaction.state import RedactionState
+    from gateway.sessions.ticket import SessionTicket
     from gateway.tools.stream import ToolCallStream
 
 
@@ -121,6 +122,7 @@ class Exchange:
     client_wants_usage: bool = False  # stream_options.include_usage as the client sent it
     principal: Principal | None = None
     session_key: str | None = None  # affinity key, scoped to the tenant and hashed
+    session: SessionTicket | None = None  # the request's session, when it names one (gateway/sessions)
     model_alias: str = ""
     decision: Decision | None = None  # set by the decide stage
     decision_id: str | None = None  # the decision record's id, set by the decide stage

@@ -35,6 +35,7 @@ from gateway.logs import flush_logs
 from gateway.pipeline import Pipeline
 from gateway.ports import EngineReadiness
 from gateway.request_ids import UpstreamIds, request_id_from
+from gateway.sessions.views import SessionViews
 from gateway.tracing import CORRELATION, NO_TRACER, Correlation, Tracer
 
 logger = logging.getLogger("tollgate.http")
@@ -80,6 +81,8 @@ class Services:
     upstream_ids: Callable[[str], str] = field(default_factory=UpstreamIds)
     # GET /readyz: whether the policy engine can answer (name, readiness); None: no policy
     policy_readiness: tuple[str, Callable[[], Awaitable[EngineReadiness]]] | None = None
+    # GET /v1/sessions/{id} and /admin/sessions (gateway/sessions/views.py); None: sessions off
+    sessions: SessionViews | None = None
 
 
 class GatewayASGI:
@@ -172,6 +175,9 @@ class GatewayASGI:
                 query = scope.get("query_string", b"").decode("latin-1")
                 body = await services.admin_spend(headers.get("authorization"), query)
                 await _send_json(send, 200, body, request_id)
+            elif path.startswith("/v1/sessions/") or path == "/admin/sessions":
+                _require(method, "GET", path)
+                await _send_json(send, 200, await _sessions(services, path, headers, scope), request_id)
             else:
                 raise NotFound(f"Unknown path {path}.", code="unknown_url")
         except GatewayError as exc:
@@ -303,6 +309,15 @@ class GatewayASGI:
             watcher.cancel()
         if not relay_task.cancelled():
             relay_task.result()
+
+
+async def _sessions(services: Services, path: str, headers: dict[str, str], scope: Scope) -> bytes:
+    views = services.sessions
+    if views is None:
+        raise NotFound("Sessions are off on this gateway (sessions.enabled: false).", code="sessions_disabled")
+    if path == "/admin/sessions":
+        return await views.listing(headers.get("authorization"), scope.get("query_string", b"").decode("latin-1"))
+    return await views.one(headers.get("authorization"), path.removeprefix("/v1/sessions/"))
 
 
 def _shutting_down() -> GatewayError:

@@ -18,6 +18,7 @@ from gateway.metering.plan import MeterPlans
 from gateway.metering.prices import PriceBook
 from gateway.metering.settle import Settle
 from gateway.ports import StateStore
+from gateway.sessions.settings import SessionSettings
 
 
 def state_config(config: GatewayConfig) -> StateConfig | None:
@@ -40,7 +41,9 @@ class MeteringParts:
         await self.store.aclose()
 
 
-def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore) -> MeteringParts:
+def metering_parts(
+    config: GatewayConfig, state: StateConfig, store: StateStore, sessions: SessionSettings | None = None
+) -> MeteringParts:
     plans = MeterPlans(config)
     prices = PriceBook.from_config(config.prices)
     bands = BudgetBands(store, plans, config.metering.band_cache_s)
@@ -51,8 +54,10 @@ def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore)
     admin = SpendAdmin(store, config.admin.tokens, list(config.tenants)) if config.admin is not None else None
     return MeteringParts(
         store=store,
-        meter=Meter(store, plans, prices, routes, config.metering, state, bands),
-        settle=Settle(store, prices, config.metering, state),
+        meter=Meter(
+            store, plans, prices, routes, config.metering, state, bands, session_idle_s=config.sessions.idle_ttl_s
+        ),
+        settle=Settle(store, prices, config.metering, state, sessions),
         bands=bands,
         admin=admin,
     )

@@ -27,6 +27,9 @@ from gateway.metering.records import LedgerEntry, RateCharge, Settlement
 from gateway.metering.settle_retries import SettleRetries
 from gateway.metering.ticket import MeterTicket
 from gateway.ports import StateStore
+from gateway.sessions import charges as session_caps
+from gateway.sessions.settings import SessionSettings
+from gateway.sessions.update import session_update
 
 logger = logging.getLogger("tollgate.metering")
 
@@ -40,8 +43,10 @@ class Settle:
         prices: PriceBook,
         metering: MeteringConfig,
         state: StateConfig,
+        sessions: SessionSettings | None = None,
     ) -> None:
         self._store = store
+        self._sessions = sessions
         self._prices = prices
         self._idempotency_ttl_s = metering.idempotency_ttl_s
         self._keep_s = state.settled_keep_s
@@ -83,15 +88,16 @@ class Settle:
         periods = ticket.periods
         tokens = prompt + completion
         # The counters reserved on (the plan's budgets, in order), else those of the periods.
+        n = len(ticket.plan.budgets)  # a session's caps follow the plan's budgets (sessions/charges.py)
         counters = (
-            [(c.counter, c.expires_at) for c in ticket.budgets]
+            [(c.counter, c.expires_at) for c in ticket.budgets[:n]]
             if ticket.budgets
             else [(b.counter(periods), b.expires_at(periods)) for b in ticket.plan.budgets]
         )
         spent = tuple(
             (counter, cost if b.unit == "usd" else tokens, expires_at)
             for b, (counter, expires_at) in zip(ticket.plan.budgets, counters, strict=True)
-        )
+        ) + session_caps.spent(ticket.budgets[n:], tokens, cost)
         refunds = tuple(
             RateCharge(charge.counter, charge.cost - (prompt + completion), charge.per_minute)
             for limit, charge in zip(ticket.plan.rates, ticket.rates, strict=False)
@@ -108,7 +114,11 @@ class Settle:
         # Refused for want of the store's answer: should the reserve be applied after all,
         # the request takes nothing from the rate limits either.
         release = ticket.reserve_unanswered and not ticket.reserved and served is None
-        return Settlement(tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s, release)
+        session = None
+        if self._sessions is not None and exchange.session is not None:
+            session = session_update(exchange, self._sessions, prompt, cached, completion, cost)
+            exchange.session.recorded = True
+        return Settlement(tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s, release, session)
 
     async def aclose(self) -> None:
         """Stop the retries, giving each pending settle one last try."""

@@ -190,6 +190,8 @@ def _record(
         "latency_ms": latency_ms,
         "cached": outcome.cached,
         "engine": engine,
+        "session_key": exchange.session_key if exchange.session is not None else None,
+        "workflow": exchange.session.workflow or None if exchange.session is not None else None,
     }
 
 
