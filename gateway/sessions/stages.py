@@ -101,7 +101,10 @@ class SessionCheck:
             self._check_caps(ticket)
 
     def _advise(self, exchange: Exchange, ticket: SessionTicket, plan: CheckpointPlan) -> None:
-        turn = (ticket.record.turns if ticket.record else 0) + 1
+        # The turn of the conversation as sent (its user messages), not the record's count: it
+        # is exact whatever the record cache's age, and starts over once the client summarized.
+        messages = exchange.body.get("messages")
+        turn = compact.user_turns(messages, 0) if isinstance(messages, list) else 0
         reason = ""
         if plan.every_turns is not None and turn % plan.every_turns == 0:
             reason = f"every_turns {plan.every_turns}"

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, UpstreamTimeout
 from gateway.exchange import Endpoint, Exchange
 from gateway.pipeline import Pipeline
 from gateway.request_ids import request_id_from
@@ -100,7 +100,8 @@ class Summarizer:
             exchange.response_body = orjson.dumps(response)
         except GatewayError as exc:
             exchange.status, exchange.error_code = exc.status, exc.code
-            raise SummaryFailed("refused" if exc.status < 500 else "failed", exc.message) from None
+            reason = "timeout" if isinstance(exc, UpstreamTimeout) else "refused" if exc.status < 500 else "failed"
+            raise SummaryFailed(reason, exc.message) from None
         except asyncio.CancelledError:
             exchange.error_code = "timeout"
             raise

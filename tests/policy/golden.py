@@ -39,6 +39,7 @@ def input_doc(**overrides: Any) -> dict[str, Any]:
         "messages": "1",
         "prompt_tokens": "<1k",
         "session": False,
+        "session_state": {"turns": "0", "tokens": "0", "spend": "0", "growth": "0"},
         "budget": "ok",
         "data_class": None,
         "request_id": "req-golden",
