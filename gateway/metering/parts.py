@@ -1,7 +1,7 @@
 """Metering's parts, built from config around one state store, for the composition root.
 
-Metering is on when the config has a `state` block, or when any tenant or key has budgets
-or rate limits (then on the embedded SQLite store). With it on, every request's spend goes
+Metering is on when the config has a `state` block, or when any tenant or key has budgets,
+rate limits or session caps (then on the embedded SQLite store). With it on, every request's spend goes
 to the ledger, metered or not.
 """
 
@@ -25,7 +25,16 @@ def state_config(config: GatewayConfig) -> StateConfig | None:
     """The store to use, or None when nothing is metered and no store is configured."""
     if config.state is not None:
         return config.state
-    return StateConfig() if MeterPlans(config).any_metered else None
+    return StateConfig() if MeterPlans(config).any_metered or _session_caps(config) else None
+
+
+def _session_caps(config: GatewayConfig) -> bool:
+    """Whether the config caps sessions' tokens or dollars, which are reserved like budgets."""
+    if not config.sessions.enabled:
+        return False
+    limits = [config.sessions.limits, *(t.sessions.limits for t in config.tenants.values())]
+    limits += [k.session_limits for k in config.keys if k.session_limits is not None]
+    return any(lim.max_tokens is not None or lim.max_usd is not None for lim in limits)
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ def allowed(**overrides: Any) -> dict[str, Any]:
         "redact": DEMO_REDACT,
         "route": {"upstreams": ["local"]},
         "limits": LIMITS,
+        "session": {},
     }
     decision.update(overrides)
     return decision
@@ -87,6 +88,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "redact": NO_REDACT,
             "route": {"upstreams": ["local"]},
             "limits": LIMITS,
+            "session": {},
         },
     ),
     (
@@ -134,5 +136,10 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         "a soft-exceeded budget",
         input_doc(budget="soft_exceeded"),
         allowed(limits={**LIMITS, "max_tokens": 1024}),
+    ),
+    (
+        "a long session is told to summarize",
+        input_doc(session=True, session_state={"turns": "64+", "tokens": "1M+", "spend": "$10+", "growth": "10k+"}),
+        allowed(session={"checkpoint": {"mode": "advise", "every_turns": 16}}),
     ),
 ]
