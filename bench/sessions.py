@@ -45,21 +45,24 @@ from gateway.exchange import Attempt, Endpoint, Exchange, Principal, Tenant
 from gateway.keys import generate_key, hash_key
 from gateway.metering.records import Settlement
 from gateway.ports import StateStore
+from gateway.redaction.settings import scrubber_for
+from gateway.sessions.settings import SessionSettings
 from gateway.sessions.stages import SessionCheck, SessionOpen
 from gateway.sessions.store_access import SessionStore
 from gateway.sessions.summarizer import Summarizer
-from gateway.sessions.settings import SessionSettings
 from gateway.sessions.update import session_update
-from gateway.redaction.settings import scrubber_for
 from simulator import SimConfig, Simulator
-from tests.servers import UPSTREAM_KEY, gateway_config as test_gateway_config, running_gateway
 from tests.harness import openai_upstream
+from tests.servers import UPSTREAM_KEY, running_gateway
+from tests.servers import gateway_config as test_gateway_config
 
 TARGET_CPU_MS = 0.03
 TARGET_THROUGHPUT_LOSS = 0.05
 TURNS, EVERY = 40, 8
 
-SESSION_WRK_SCRIPT = spine.WRK_SCRIPT + """
+SESSION_WRK_SCRIPT = (
+    spine.WRK_SCRIPT
+    + """
 local sent = 0
 request = function()
   sent = sent + 1
@@ -67,6 +70,7 @@ request = function()
   return wrk.format()
 end
 """
+)
 
 
 def _config() -> GatewayConfig:
@@ -191,9 +195,10 @@ def gateway_figures(rounds: int, seconds: float) -> dict[str, Any]:
 
 def compaction(cache_blocks: int, compact: bool) -> dict[str, Any]:
     system = {"role": "system", "content": "You are a careful assistant. " * 8}
-    with tempfile.TemporaryDirectory(prefix="tollgate-bench-compact-") as tmp, Simulator.start_in_thread(
-        SimConfig(api_key=UPSTREAM_KEY, cache_blocks=cache_blocks)
-    ) as sim:
+    with (
+        tempfile.TemporaryDirectory(prefix="tollgate-bench-compact-") as tmp,
+        Simulator.start_in_thread(SimConfig(api_key=UPSTREAM_KEY, cache_blocks=cache_blocks)) as sim,
+    ):
         checkpoints = {"mode": "compact", "every_turns": EVERY, "summarizer": "cheap"} if compact else {}
         config = test_gateway_config(
             upstreams={"local": openai_upstream(sim.openai_base_url(0))},
@@ -209,7 +214,9 @@ def compaction(cache_blocks: int, compact: bool) -> dict[str, Any]:
             history: list[Any] = [system]
             headers = {"authorization": "Bearer tg-test-key-alpha", "x-session-id": uuid.uuid4().hex}
             for n in range(TURNS):
-                history.append({"role": "user", "content": f"Question {n}: " + "tell me more about this " * 6})
+                history.append(
+                    {"role": "user", "content": f"Question {n}: " + "tell me more about this " * 6}
+                )
                 answer = client.post(
                     "/v1/chat/completions", json={"model": "chat", "messages": history}, headers=headers
                 ).json()
@@ -240,7 +247,8 @@ def section(meta: dict[str, Any], b: dict[str, Any], g: dict[str, Any] | None, c
         "|---|---|---|---|---|",
         f"| session stages (cached record read, limits, checkpoint settings) + the update built "
         f"| {r['stages_cpu_ms']:.4f} ms | {q['stages_cpu_ms']:.4f} ms | | |",
-        f"| settle, without the session update | {r['settle_cpu_ms']:.4f} ms | {q['settle_cpu_ms']:.4f} ms | | |",
+        f"| settle, without the session update | {r['settle_cpu_ms']:.4f} ms "
+        f"| {q['settle_cpu_ms']:.4f} ms | | |",
         f"| settle, with the session update riding on it | {r['settle_with_session_cpu_ms']:.4f} ms "
         f"| {q['settle_with_session_cpu_ms']:.4f} ms | | |",
         f"| added by sessions: stages + update + the settle's difference "
@@ -261,8 +269,8 @@ def section(meta: dict[str, Any], b: dict[str, Any], g: dict[str, Any] | None, c
             f"| off | {rps['off']:,.0f} | {cpu['off']:.3f} ms |",
             f"| on | {rps['on']:,.0f} | {cpu['on']:.3f} ms |",
             "",
-            f"Throughput lost to sessions: {100 * loss:.1f} % (target <= {100 * TARGET_THROUGHPUT_LOSS:.0f} %: "
-            f"{spine.met(loss <= TARGET_THROUGHPUT_LOSS)}).",
+            f"Throughput lost to sessions: {100 * loss:.1f} % "
+            f"(target <= {100 * TARGET_THROUGHPUT_LOSS:.0f} %: {spine.met(loss <= TARGET_THROUGHPUT_LOSS)}).",
         ]
     lines += [
         "",
@@ -300,11 +308,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     books = asyncio.run(all_bookkeeping(200 if args.quick else 500))
     runs = {
-        f"{blocks}/{'on' if on else 'off'}": compaction(blocks, on) for blocks in (4096, 64) for on in (False, True)
+        f"{blocks}/{'on' if on else 'off'}": compaction(blocks, on)
+        for blocks in (4096, 64)
+        for on in (False, True)
     }
     gateway = None if args.no_gateway else gateway_figures(1 if args.quick else 3, 5 if args.quick else 10)
     meta = spine.run_meta(argv)
-    spine.save_results("sessions", {"meta": meta, "bookkeeping": books, "gateway": gateway, "compaction": runs})
+    spine.save_results(
+        "sessions", {"meta": meta, "bookkeeping": books, "gateway": gateway, "compaction": runs}
+    )
     markdown = section(meta, books, gateway, runs)
     print(markdown)
     if not args.no_doc:

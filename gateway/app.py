@@ -32,13 +32,12 @@ from gateway.http import GatewayASGI, Services
 from gateway.keys import KeyRing, key_id
 from gateway.metering.counted import CountedUsage
 from gateway.metering.idempotency import IdempotencyOnly
-from gateway.metering.parts import metering_parts, state_config
-from gateway.metering.prices import PriceBook
-from gateway.operators import OperatorTokens
+from gateway.metering.parts import MeteringParts, metering_parts, state_config
 from gateway.metering.produced import ProducedText
+from gateway.operators import OperatorTokens
 from gateway.pipeline import Finisher, Pipeline, Stage
 from gateway.policy.cache import DecisionCache
-from gateway.ports import AuditSink, PolicyEngine
+from gateway.ports import AuditSink, PolicyEngine, StateStore
 from gateway.redaction.guard import RedactionGuard
 from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
@@ -47,12 +46,8 @@ from gateway.routing.context_windows import ContextWindows
 from gateway.routing.probes import HealthProber
 from gateway.routing.readiness import upstream_readiness
 from gateway.routing.upstream_route import build_routes, probe_targets
-from gateway.sessions.settings import SessionSettings
-from gateway.sessions.stages import SessionCheck, SessionOpen
-from gateway.sessions.store_access import SessionStore
-from gateway.sessions.summarizer import InternalAdmit, Summarizer
-from gateway.sessions.update import SessionRecorder
-from gateway.sessions.views import SessionViews
+from gateway.sessions.parts import bind_summaries, session_parts
+from gateway.sessions.summarizer import InternalAdmit
 from gateway.stages.admit import Admit
 from gateway.stages.decide import Decide
 from gateway.stages.redact import Redact
@@ -110,6 +105,14 @@ def decide_from(
     )
 
 
+def _session_store(metering: MeteringParts | None, state: StateConfig) -> Callable[[], StateStore]:
+    """Sessions' store: metering's (their records ride on its settle), else the one in `state`."""
+    if metering is not None:
+        store = metering.store
+        return lambda: store
+    return lambda: build_state_store(state)
+
+
 def build_services(
     config: GatewayConfig, redaction: RedactionSettings | None = None
 ) -> Callable[[], Awaitable[Services]]:
@@ -132,10 +135,7 @@ def build_services(
         prober = HealthProber(probe_targets(routes))
         audit = audit_sink_from(config)
         state = state_config(config)
-        settings = SessionSettings(config) if config.sessions.enabled else None
-        metering = (
-            metering_parts(config, state, build_state_store(state), settings) if state is not None else None
-        )
+        metering = metering_parts(config, state, build_state_store(state)) if state is not None else None
         if metering is not None:
             await warn_if_not_durable(metering.store)
         band = metering.bands.band if metering is not None else None
@@ -152,30 +152,23 @@ def build_services(
             )
         )
         meter: list[Stage] = [metering.meter] if metering else [keys_only] if keys_only else []
+        upstream_ids = UpstreamIds(key.encode() if (key := config.server.request_id_key) else None)
         # Sessions: on metering's store (the record rides on its settle), else the embedded one.
         sessions = (
-            SessionStore(
-                (lambda: metering.store) if metering else (lambda: build_state_store(config.state or embedded)),
-                config.sessions.cache_s,
+            session_parts(
+                config, _session_store(metering, config.state or embedded), metering is not None, upstream_ids
             )
-            if settings is not None
+            if config.sessions.enabled
             else None
         )
-        upstream_ids = UpstreamIds(key.encode() if (key := config.server.request_id_key) else None)
-        summarizer = Summarizer(upstream_ids)
         windows = ContextWindows(config.context_windows)
         request_side: list[Stage] = [redact, ToolOffer(), ImageDestinations(), ContextCap()]
-        session_check = (
-            [SessionCheck(settings, sessions, summarizer, scrubber_for(config), metered=metering is not None)]
-            if settings is not None and sessions is not None
-            else []
-        )
         stages: list[Stage] = [
             admit,
-            *([SessionOpen(sessions)] if sessions is not None else []),
+            *([sessions.open] if sessions is not None else []),
             *decide,
             *request_side,
-            *session_check,
+            *([sessions.check] if sessions is not None else []),
             *meter,
             route,
             windows,
@@ -185,11 +178,7 @@ def build_services(
         finishers: list[Finisher] = [
             CountedUsage(),
             *([metering.settle] if metering else [keys_only] if keys_only else []),
-            *(
-                [SessionRecorder(sessions, settings, PriceBook.from_config(config.prices))]
-                if sessions is not None and settings is not None
-                else []
-            ),
+            *([sessions.recorder] if sessions is not None else []),
             *([AccessLog()] if config.server.access_log else []),
             *([AuditCompletion(audit)] if audit else []),
         ]
@@ -210,13 +199,20 @@ def build_services(
             audit=audit,
             metrics_dir=metrics_dir_from_env(),
             policy_queue=engine.evaluation_queue() if engine is not None else None,
+            sessions=sessions.store.opened if sessions is not None else None,
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
         pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
-        # Summaries of compact checkpoints: the same pipeline, for the session's own principal.
-        summary_stages: list[Stage] = [InternalAdmit(), *decide, *request_side, *meter, route, windows]
-        summarizer.bind(
-            Pipeline(summary_stages, forwarder, guards, finishers, error_guards=[redaction_guard]),
+        # Summaries of compact checkpoints: the same stages, for the session's own principal.
+        bind_summaries(
+            sessions,
+            Pipeline(
+                [InternalAdmit(), *decide, *request_side, *meter, route, windows],
+                forwarder,
+                guards,
+                finishers,
+                error_guards=[redaction_guard],
+            ),
             telemetry.tracer,
         )
 
@@ -233,7 +229,7 @@ def build_services(
             if keys_only is not None:
                 await keys_only.aclose()
             if sessions is not None:
-                await sessions.aclose(owned=metering is None)
+                await sessions.aclose()
 
         prober.start()  # last: a start that failed above leaves no background task behind
         telemetry.metrics.start()
@@ -250,8 +246,7 @@ def build_services(
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
             upstream_ids=upstream_ids,
             policy_readiness=(engine.name, engine.readiness) if engine is not None else None,
-            sessions=SessionViews(
-                sessions,
+            sessions=sessions.views(
                 admit.authenticate,
                 OperatorTokens(config.admin.tokens).authorize if config.admin is not None else None,
                 list(config.tenants),

@@ -314,9 +314,13 @@ class GatewayASGI:
 async def _sessions(services: Services, path: str, headers: dict[str, str], scope: Scope) -> bytes:
     views = services.sessions
     if views is None:
-        raise NotFound("Sessions are off on this gateway (sessions.enabled: false).", code="sessions_disabled")
+        raise NotFound(
+            "Sessions are off on this gateway (sessions.enabled: false).", code="sessions_disabled"
+        )
     if path == "/admin/sessions":
-        return await views.listing(headers.get("authorization"), scope.get("query_string", b"").decode("latin-1"))
+        return await views.listing(
+            headers.get("authorization"), scope.get("query_string", b"").decode("latin-1")
+        )
     return await views.one(headers.get("authorization"), path.removeprefix("/v1/sessions/"))
 
 

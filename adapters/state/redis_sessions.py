@@ -155,7 +155,9 @@ def args(update: SessionUpdate) -> list[str | int]:
     ]
 
 
-def record(tenant: str, session: str, fields: list[bytes], decisions: list[bytes], checkpoints: list[bytes]) -> SessionRecord:
+def record(
+    tenant: str, session: str, fields: list[bytes], decisions: list[bytes], checkpoints: list[bytes]
+) -> SessionRecord:
     f = {k.decode(): v.decode() for k, v in zip(fields[::2], fields[1::2], strict=True)}
 
     def num(name: str) -> int:

@@ -107,9 +107,11 @@ def apply(db: sqlite3.Connection, now_us: int, update: SessionUpdate) -> None:
     )
 
 
+# The queries below are built from this module's constants (columns, sort orders) and
+# placeholders; every value is bound.
 def get(db: sqlite3.Connection, now_us: int, tenant: str, session: str) -> SessionRecord | None:
     row = db.execute(
-        f"SELECT {_COLUMNS} FROM sessions WHERE tenant = ? AND session = ? AND expires_us >= ?",
+        f"SELECT {_COLUMNS} FROM sessions WHERE tenant = ? AND session = ? AND expires_us >= ?",  # noqa: S608
         (tenant, session, now_us),
     ).fetchone()
     return _record(row) if row is not None else None
@@ -120,7 +122,7 @@ def listed(
 ) -> list[SessionRecord]:
     marks = ", ".join("?" * len(tenants))
     rows = db.execute(
-        f"SELECT {_COLUMNS} FROM sessions WHERE tenant IN ({marks}) AND expires_us >= ? "
+        f"SELECT {_COLUMNS} FROM sessions WHERE tenant IN ({marks}) AND expires_us >= ? "  # noqa: S608
         f"ORDER BY {_ORDER[sort]} DESC, session LIMIT ?",
         (*tenants, now_us, limit),
     ).fetchall()

@@ -50,9 +50,7 @@ class MeteringParts:
         await self.store.aclose()
 
 
-def metering_parts(
-    config: GatewayConfig, state: StateConfig, store: StateStore, sessions: SessionSettings | None = None
-) -> MeteringParts:
+def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore) -> MeteringParts:
     plans = MeterPlans(config)
     prices = PriceBook.from_config(config.prices)
     bands = BudgetBands(store, plans, config.metering.band_cache_s)
@@ -64,9 +62,23 @@ def metering_parts(
     return MeteringParts(
         store=store,
         meter=Meter(
-            store, plans, prices, routes, config.metering, state, bands, session_idle_s=config.sessions.idle_ttl_s
+            store,
+            plans,
+            prices,
+            routes,
+            config.metering,
+            state,
+            bands,
+            session_idle_s=config.sessions.idle_ttl_s,
         ),
-        settle=Settle(store, prices, config.metering, state, sessions),
+        # Session records ride on the settle (gateway/sessions/update.py).
+        settle=Settle(
+            store,
+            prices,
+            config.metering,
+            state,
+            SessionSettings(config) if config.sessions.enabled else None,
+        ),
         bands=bands,
         admin=admin,
     )

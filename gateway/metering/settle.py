@@ -118,7 +118,9 @@ class Settle:
         if self._sessions is not None and exchange.session is not None:
             session = session_update(exchange, self._sessions, prompt, cached, completion, cost)
             exchange.session.recorded = True
-        return Settlement(tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s, release, session)
+        return Settlement(
+            tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s, release, session
+        )
 
     async def aclose(self) -> None:
         """Stop the retries, giving each pending settle one last try."""

@@ -41,9 +41,9 @@ def matching(messages: list[Any], checkpoints: list[Checkpoint]) -> Checkpoint |
     """The checkpoint covering the longest prefix this request re-sends exactly, if any. At
     least one message must follow the prefix (the one to answer)."""
     for checkpoint in sorted(checkpoints, key=lambda c: c.messages, reverse=True):
-        if head_length(messages) < checkpoint.messages < len(messages):
-            if digest(messages, checkpoint.messages) == checkpoint.digest:
-                return checkpoint
+        fits = head_length(messages) < checkpoint.messages < len(messages)
+        if fits and digest(messages, checkpoint.messages) == checkpoint.digest:
+            return checkpoint
     return None
 
 
@@ -76,4 +76,3 @@ def summarizer_messages(sent: list[Any], end: int, words: int) -> list[Any]:
     """The summarizer's conversation: the upstream's view up to the segment's end (the same
     bytes it was sent last turn, so its prefix cache serves them), then the instruction."""
     return [*sent[:end], {"role": "user", "content": SUMMARIZE.format(words=words)}]
-

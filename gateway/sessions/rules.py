@@ -35,6 +35,7 @@ class SessionRules:
 
 
 NO_RULES = SessionRules()
+NO_LIMITS = SessionLimits()
 
 
 def parse_session_rules(value: Any) -> SessionRules:

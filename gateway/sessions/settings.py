@@ -40,7 +40,8 @@ class SessionSettings:
             if key.session_limits is not None
         }
         self._tenant_checkpoints = {
-            name: tenant.sessions.checkpoints or sessions.checkpoints for name, tenant in config.tenants.items()
+            name: tenant.sessions.checkpoints or sessions.checkpoints
+            for name, tenant in config.tenants.items()
         }
         self._default_checkpoints = sessions.checkpoints
         self._workflows = dict(sessions.workflows)
@@ -82,4 +83,3 @@ def _merged(base: SessionLimitsConfig, over: SessionLimitsConfig) -> SessionLimi
 def _limits(config: SessionLimitsConfig) -> SessionLimits:
     micros = round(config.max_usd * PER_MILLION) if config.max_usd is not None else None
     return SessionLimits(config.max_tokens, micros, config.max_input_tokens)
-

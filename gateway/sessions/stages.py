@@ -176,6 +176,7 @@ class SessionCheck:
             )
         except SummaryFailed as exc:
             self.counts.summary_failures += 1
+            ticket.summary_failed = True
             logger.warning(
                 "session summary failed: the request goes on uncompacted",
                 extra={"request_id": exchange.request_id, "reason": exc.reason, "detail": str(exc)},

@@ -28,7 +28,10 @@ class SessionStore:
     """
 
     def __init__(
-        self, open_store: Callable[[], StateStore], ttl_s: float, monotonic: Callable[[], float] = time.monotonic
+        self,
+        open_store: Callable[[], StateStore],
+        ttl_s: float,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._open_store = open_store
         self._store: StateStore | None = None
@@ -43,6 +46,10 @@ class SessionStore:
             async with self._opening:
                 if self._store is None:
                     self._store = self._open_store()
+        return self._store
+
+    def opened(self) -> StateStore | None:
+        """The store, once something opened it (a scrape never opens the embedded file)."""
         return self._store
 
     async def record(self, tenant: str, session: str, fresh: bool = False) -> SessionRecord | None:

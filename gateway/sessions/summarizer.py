@@ -100,7 +100,9 @@ class Summarizer:
             exchange.response_body = orjson.dumps(response)
         except GatewayError as exc:
             exchange.status, exchange.error_code = exc.status, exc.code
-            reason = "timeout" if isinstance(exc, UpstreamTimeout) else "refused" if exc.status < 500 else "failed"
+            reason = (
+                "timeout" if isinstance(exc, UpstreamTimeout) else "refused" if exc.status < 500 else "failed"
+            )
             raise SummaryFailed(reason, exc.message) from None
         except asyncio.CancelledError:
             exchange.error_code = "timeout"

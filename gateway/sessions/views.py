@@ -38,7 +38,11 @@ def document(record: SessionRecord) -> dict[str, Any]:
         "spend_usd": record.cost_micros / 1e6,
         "cache_hit_ratio": round(record.cache_hit_ratio, 4),
         "input_growth": {"per_turn": round(record.growth_slope, 1), "last": record.last_growth},
-        "last": {"model": record.model or None, "upstream": record.upstream or None, "replica": record.replica},
+        "last": {
+            "model": record.model or None,
+            "upstream": record.upstream or None,
+            "replica": record.replica,
+        },
         "workflow": record.workflow or None,
         "decision_ids": list(record.decision_ids),
         "decisions_not_listed": record.decisions_dropped,

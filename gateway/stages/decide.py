@@ -190,7 +190,7 @@ def _record(
         "latency_ms": latency_ms,
         "cached": outcome.cached,
         "engine": engine,
-        "session_key": exchange.session_key if exchange.session is not None else None,
+        "session_key": exchange.session_key,  # the client's session (hashed), or the summarized one
         "workflow": exchange.session.workflow or None if exchange.session is not None else None,
     }
 

@@ -139,7 +139,9 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ),
     (
         "a long session is told to summarize",
-        input_doc(session=True, session_state={"turns": "64+", "tokens": "1M+", "spend": "$10+", "growth": "10k+"}),
+        input_doc(
+            session=True, session_state={"turns": "64+", "tokens": "1M+", "spend": "$10+", "growth": "10k+"}
+        ),
         allowed(session={"checkpoint": {"mode": "advise", "every_turns": 16}}),
     ),
 ]

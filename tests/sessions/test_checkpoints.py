@@ -42,7 +42,7 @@ def config(sim: RunningSimulator, tmp_path: Path, checkpoints: dict[str, Any], *
         upstreams={"local": openai_upstream(sim.openai_base_url(0)), **upstreams},
         models={
             "chat": [{"upstream": "local", "model": "sim-model"}],
-            "cheap": [{"upstream": upstreams and next(iter(upstreams)) or "local", "model": "sim-model"}],
+            "cheap": [{"upstream": next(iter(upstreams), "local"), "model": "sim-model"}],
         },
         state={"sqlite_path": str(tmp_path / "state.db")},
         prices={"sim-model": {"input": 1.0, "output": 2.0}},

@@ -137,7 +137,10 @@ def test_a_session_over_its_token_cap_is_refused_before_any_upstream_call(
         again = httpx.post(
             f"{gateway.url}/v1/chat/completions",
             json={"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 400},
-            headers={"authorization": f"Bearer {TEST_KEY}", "x-session-id": oai.default_headers["x-session-id"]},
+            headers={
+                "authorization": f"Bearer {TEST_KEY}",
+                "x-session-id": oai.default_headers["x-session-id"],
+            },
         )
         assert openai_error(again, 429)["code"] == "session_budget_exceeded"
         assert len(upstream.requests) == served  # refused before any upstream call
