@@ -207,7 +207,7 @@ def compaction(cache_blocks: int, compact: bool) -> dict[str, Any]:
                 "cheap": [{"upstream": "local", "model": "sim-model"}],
             },
             state={"sqlite_path": str(Path(tmp) / "state.db")},
-            sessions={"checkpoints": checkpoints},
+            sessions={"enabled": True, "checkpoints": checkpoints},
         )
         inputs: list[int] = []
         with running_gateway(config) as gateway, httpx.Client(base_url=gateway.url, timeout=30) as client:

@@ -46,7 +46,7 @@ def config(sim: RunningSimulator, tmp_path: Path, checkpoints: dict[str, Any], *
         },
         state={"sqlite_path": str(tmp_path / "state.db")},
         prices={"sim-model": {"input": 1.0, "output": 2.0}},
-        sessions={"checkpoints": checkpoints},
+        sessions={"enabled": True, "checkpoints": checkpoints},
     )
 
 

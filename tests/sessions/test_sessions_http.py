@@ -37,7 +37,7 @@ def config(sim: RunningSimulator, tmp_path: Path, **overrides: Any) -> Any:
         admin={"tokens": [hash_key(ADMIN_TOKEN)]},
         prices={"sim-model": PRICE, "small-window": PRICE},
         context_windows={"small-window": 300, "sim-model": 4000},
-        **overrides,
+        **{"sessions": {"enabled": True}, **overrides},
     )
 
 
@@ -149,7 +149,7 @@ def test_a_session_over_its_token_cap_is_refused_before_any_upstream_call(
 def test_a_request_over_the_sessions_input_ceiling_is_refused_with_400(
     upstream: RunningSimulator, tmp_path: Path
 ) -> None:
-    limited = config(upstream, tmp_path, sessions={"limits": {"max_input_tokens": 50}})
+    limited = config(upstream, tmp_path, sessions={"enabled": True, "limits": {"max_input_tokens": 50}})
     with running_gateway(limited) as gateway:
         body = {"model": "chat", "messages": [{"role": "user", "content": "word " * 100}]}
         refused = httpx.post(

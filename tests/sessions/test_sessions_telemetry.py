@@ -29,6 +29,7 @@ def test_a_sessions_decisions_are_on_its_record_and_in_the_log_with_its_key_and_
         audit={"path": str(audit), "flush_interval_ms": 0},
         state={"sqlite_path": str(tmp_path / "state.db")},
         server={"access_log": True},
+        sessions={"enabled": True},
     )
     session = f"conv-{uuid.uuid4().hex}"
     key = scoped_session_key("alpha", session)
@@ -70,7 +71,7 @@ def test_a_session_metric_counts_checkpoints(upstream: RunningSimulator, tmp_pat
         upstream,
         policy,
         state={"sqlite_path": str(tmp_path / "state.db")},
-        sessions={"checkpoints": {"mode": "advise", "every_turns": 1}},
+        sessions={"enabled": True, "checkpoints": {"mode": "advise", "every_turns": 1}},
     )
     headers = {"authorization": f"Bearer {TEST_KEY}", "x-session-id": "advised"}
     with running_gateway(config) as gateway:
