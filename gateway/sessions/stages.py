@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass
 
 from gateway.exchange import Endpoint, Exchange
@@ -124,13 +125,13 @@ class SessionCheck:
         known = self._sessions.checkpoints(tenant, ticket.key, ticket.record)
         applied = compact.matching(messages, known)
         start = applied.messages if applied else compact.head_length(messages)
-        reason = self._due(messages, start, plan, exchange)
+        reason = self._due(messages, start, plan, applied)
         if reason:
             # Another worker may have made a checkpoint since this worker's cached read.
             fresh = await self._sessions.record(tenant, ticket.key, fresh=True)
             applied = compact.matching(messages, self._sessions.checkpoints(tenant, ticket.key, fresh))
             start = applied.messages if applied else start
-            reason = self._due(messages, start, plan, exchange)
+            reason = self._due(messages, start, plan, applied)
         sent = compact.substituted(messages, applied)
         end = compact.segment_end(messages, start, plan.keep_last)
         if reason and end - start >= 2:
@@ -143,11 +144,17 @@ class SessionCheck:
             exchange.response_headers[CHECKPOINT_HEADER] = "compacted"
             self.counts.compacted += 1
 
-    def _due(self, messages: list[object], start: int, plan: CheckpointPlan, exchange: Exchange) -> str:
+    def _due(
+        self, messages: list[object], start: int, plan: CheckpointPlan, applied: Checkpoint | None
+    ) -> str:
+        """Why a new checkpoint is due: the turns since the last one, or the input the upstream
+        would get (with the last one applied) over `above_tokens`; "" when none is."""
         if plan.every_turns is not None and compact.user_turns(messages, start) >= plan.every_turns:
             return f"every_turns {plan.every_turns}"
-        if plan.above_tokens is not None and typical_input_tokens(exchange.body) > plan.above_tokens:
-            return f"above_tokens {plan.above_tokens}"
+        if plan.above_tokens is not None:
+            tokens = message_tokens(compact.substituted(messages, applied))
+            if tokens > plan.above_tokens:
+                return f"above_tokens {plan.above_tokens}"
         return ""
 
     async def _checkpoint(
@@ -172,7 +179,8 @@ class SessionCheck:
                 plan.summarizer,
                 compact.summarizer_messages(sent, end - shift, words),
                 plan.summary_max_tokens,
-                plan.timeout_s,
+                # Never more than half of what the user's request has left.
+                min(plan.timeout_s, max(0.0, exchange.deadline - time.monotonic()) / 2),
             )
         except SummaryFailed as exc:
             self.counts.summary_failures += 1

@@ -6,9 +6,11 @@ fails or is too slow leaves the turn served uncompacted."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +80,8 @@ def test_compaction_keeps_the_upstreams_input_bounded_and_its_prefix_cache_hitti
     small_cache_sim: RunningSimulator, tmp_path: Path
 ) -> None:
     sim = small_cache_sim
-    with running_gateway(config(sim, tmp_path, {})) as gateway:
+    (tmp_path / "plain").mkdir()
+    with running_gateway(config(sim, tmp_path / "plain", {})) as gateway:
         plain = converse(gateway.url, f"plain-{uuid.uuid4().hex}", TURNS)
     plain_ratio = cache_ratio(sim)
     sim.clear()
@@ -104,16 +107,25 @@ def test_compaction_keeps_the_upstreams_input_bounded_and_its_prefix_cache_hitti
     assert inputs[-1] < plain_inputs[-1] / 2
     assert compacted[-1].headers["x-tollgate-checkpoint"] == "compacted"
     assert compact_ratio >= plain_ratio
-    record = SQLiteStore(tmp_path / "state.db")
-    try:
-        found = asyncio.run(record.session("alpha", scoped_session_key("alpha", session)))
-    finally:
-        asyncio.run(record.aclose())
+    found, ledger = asyncio.run(stored(tmp_path / "state.db", session))
     assert found is not None
     assert found.turns == TURNS  # summaries are no turns of the session
     assert len(found.checkpoints) == len(summaries)
     assert found.checkpoints[-1].tokens_before > found.checkpoints[-1].tokens_after
     assert found.input_tokens == sum(inputs)
+    # The summaries were metered to the same tenant and key, as requests of their own.
+    assert sum(row.requests for row in ledger) == TURNS + len(summaries)
+
+
+async def stored(path: Path, session: str) -> tuple[Any, list[Any]]:
+    store = SQLiteStore(path)
+    try:
+        today = datetime.now(UTC).date().isoformat()
+        return await store.session("alpha", scoped_session_key("alpha", session)), await store.spend(
+            ("alpha",), today, today
+        )
+    finally:
+        await store.aclose()
 
 
 def test_advise_mode_says_when_a_checkpoint_is_due(upstream: RunningSimulator, tmp_path: Path) -> None:
@@ -150,3 +162,18 @@ def test_a_summarizer_that_fails_leaves_the_turn_served_uncompacted(
     failures = [line for line in lines if line["msg"].startswith("session summary failed")]
     assert failures
     assert {line["reason"] for line in failures} == {"timeout" if failure == "timeout" else "failed"}
+
+
+def test_compaction_above_a_token_count_keeps_the_input_near_it(
+    small_cache_sim: RunningSimulator, tmp_path: Path
+) -> None:
+    compact = {"mode": "compact", "above_tokens": 500, "summarizer": "cheap", "keep_last": 2}
+    with running_gateway(config(small_cache_sim, tmp_path, compact)) as gateway:
+        responses = converse(gateway.url, f"above-{uuid.uuid4().hex}", 16)
+    inputs = [r.json()["usage"]["prompt_tokens"] for r in responses]
+    summaries = [r for r in small_cache_sim.requests if r not in turn_requests(small_cache_sim)]
+    assert summaries  # the history passed 500 tokens, more than once
+    # Over the threshold only for the turn that made a checkpoint, by at most one turn's growth.
+    growth = max(b - a for a, b in itertools.pairwise(inputs[:4]))
+    assert max(inputs) <= 500 + 2 * growth
+    assert inputs[-1] < 500 + growth
