@@ -42,7 +42,7 @@ from gateway.redaction.guard import RedactionGuard
 from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
 from gateway.request_ids import UpstreamIds
-from gateway.routing.context_windows import ContextWindows
+from gateway.routing.context_windows import context_windows
 from gateway.routing.probes import HealthProber
 from gateway.routing.readiness import upstream_readiness
 from gateway.routing.upstream_route import build_routes, probe_targets
@@ -161,7 +161,9 @@ def build_services(
             if config.sessions.enabled
             else None
         )
-        windows = ContextWindows(config.context_windows)
+        windows = context_windows(
+            config.context_windows, (c.model for cs in config.models.values() for c in cs)
+        )
         request_side: list[Stage] = [redact, ToolOffer(), ImageDestinations(), ContextCap()]
         stages: list[Stage] = [
             admit,
@@ -171,7 +173,7 @@ def build_services(
             *([sessions.check] if sessions is not None else []),
             *meter,
             route,
-            windows,
+            *windows,
         ]
         # The gateway's count of usage the upstream did not report first, then settle, so the
         # access log and the audit record see the settled request.
@@ -207,7 +209,7 @@ def build_services(
         bind_summaries(
             sessions,
             Pipeline(
-                [InternalAdmit(), *decide, *request_side, *meter, route, windows],
+                [InternalAdmit(), *decide, *request_side, *meter, route, *windows],
                 forwarder,
                 guards,
                 finishers,

@@ -8,7 +8,7 @@ built-in ones; a model with no known window is never skipped (its server has the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from gateway.exchange import Endpoint, Exchange
 from gateway.metering.estimate import requested_output
@@ -25,16 +25,22 @@ class ContextWindows:
     name = "context_windows"
 
     def __init__(self, windows: Mapping[str, int]) -> None:
-        self._windows = {**BUILT_IN_WINDOWS, **windows}
+        self.windows = {**BUILT_IN_WINDOWS, **windows}
 
     async def __call__(self, exchange: Exchange) -> None:
         candidates = exchange.candidates
-        if exchange.endpoint is not Endpoint.CHAT or not any(c.model in self._windows for c in candidates):
+        if exchange.endpoint is not Endpoint.CHAT or not any(c.model in self.windows for c in candidates):
             return
         tokens = typical_input_tokens(exchange.body)
         output = requested_output(exchange.body) or 0
-        fitting = [c for c in candidates if tokens + output <= self._windows.get(c.model, tokens + output)]
+        fitting = [c for c in candidates if tokens + output <= self.windows.get(c.model, tokens + output)]
         if not fitting:
-            raise no_window_fits(tokens, output, {c.model: self._windows[c.model] for c in candidates})
+            raise no_window_fits(tokens, output, {c.model: self.windows[c.model] for c in candidates})
         if len(fitting) < len(candidates):
             exchange.candidates = fitting
+
+
+def context_windows(windows: Mapping[str, int], models: Iterable[str]) -> list[ContextWindows]:
+    """The stage, when some model the config routes to has a known window; else none."""
+    stage = ContextWindows(windows)
+    return [stage] if any(model in stage.windows for model in models) else []
