@@ -1,8 +1,8 @@
 """Metering's parts, built from config around one state store, for the composition root.
 
 Metering is on when the config has a `state` block, or when any tenant or key has budgets,
-rate limits or session caps (then on the embedded SQLite store). With it on, every request's spend goes
-to the ledger, metered or not.
+rate limits or session caps (then on the embedded SQLite store). With it on, every request's
+spend goes to the ledger, metered or not.
 """
 
 from __future__ import annotations
@@ -59,26 +59,14 @@ def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore)
         for alias, candidates in config.models.items()
     }
     admin = SpendAdmin(store, config.admin.tokens, list(config.tenants)) if config.admin is not None else None
+    sessions, idle_s = (
+        SessionSettings(config) if config.sessions.enabled else None,
+        config.sessions.idle_ttl_s,
+    )
     return MeteringParts(
         store=store,
-        meter=Meter(
-            store,
-            plans,
-            prices,
-            routes,
-            config.metering,
-            state,
-            bands,
-            session_idle_s=config.sessions.idle_ttl_s,
-        ),
-        # Session records ride on the settle (gateway/sessions/update.py).
-        settle=Settle(
-            store,
-            prices,
-            config.metering,
-            state,
-            SessionSettings(config) if config.sessions.enabled else None,
-        ),
+        meter=Meter(store, plans, prices, routes, config.metering, state, bands, session_idle_s=idle_s),
+        settle=Settle(store, prices, config.metering, state, sessions),  # session records ride on it
         bands=bands,
         admin=admin,
     )

@@ -18,20 +18,8 @@ _GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\
 _MATCHERS = re.compile(r"\{[^}]*\}")
 _IDENTIFIER = re.compile(r"\b[a-zA-Z_:][a-zA-Z0-9_:]*\b")
 _PROMQL_WORDS = frozenset(
-    {
-        "sum",
-        "max",
-        "min",
-        "avg",
-        "count",
-        "rate",
-        "increase",
-        "irate",
-        "histogram_quantile",
-        "timestamp",
-        "topk",
-    }
-    | {"by", "without", "on", "ignoring", "group_left", "group_right"}
+    {"sum", "max", "min", "avg", "count", "rate", "increase", "irate", "histogram_quantile", "timestamp"}
+    | {"topk", "by", "without", "on", "ignoring", "group_left", "group_right"}
     | {"and", "or", "unless", "bool", "offset"}
 )
 
