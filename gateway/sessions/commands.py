@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from gateway.config import GatewayConfig, StateConfig
+from gateway.config import GatewayConfig, StateConfig, config_path_from_env
 from gateway.errors import GatewayError
 from gateway.ports import StateStore
 from gateway.sessions.records import SESSION_SORTS
@@ -21,14 +21,14 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     sessions = commands.add_parser("sessions", help="session records: list, or show one")
     sub = sessions.add_subparsers(dest="sessions_command", required=True)
     listing = sub.add_parser("list", help="the sessions of every tenant, or of --tenant")
-    listing.add_argument("--config", default="tollgate.yaml")
+    listing.add_argument("--config", default=config_path_from_env(), help="config file (YAML)")
     listing.add_argument("--tenant", action="append", help="repeatable; default: every tenant")
     listing.add_argument("--sort", choices=SESSION_SORTS, default="last_seen")
     listing.add_argument("--limit", type=int, default=20)
     listing.add_argument("--json", action="store_true")
     show = sub.add_parser("show", help="one session: the id the client sent, with its tenant")
     show.add_argument("session_id")
-    show.add_argument("--config", default="tollgate.yaml")
+    show.add_argument("--config", default=config_path_from_env(), help="config file (YAML)")
     show.add_argument("--tenant", required=True)
 
 
