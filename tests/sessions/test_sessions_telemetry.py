@@ -87,3 +87,45 @@ def test_a_session_metric_counts_checkpoints(upstream: RunningSimulator, tmp_pat
                 in httpx.get(f"{gateway.url}/metrics").text
             )
         )
+
+
+def test_a_summary_goes_through_the_policy_redaction_and_the_decision_log(
+    upstream: RunningSimulator, tmp_path: Path
+) -> None:
+    redacting = {**TENANTS["alpha"], "redact": {"request": "mask", "response": "off", "entities": ["EMAIL"]}}
+    policy = {"dir": str(write_policy_dir(tmp_path / "policies", {**TENANTS, "alpha": redacting}))}
+    audit = tmp_path / "audit.jsonl"
+    config = policy_gateway_config(
+        upstream,
+        policy,
+        audit={"path": str(audit), "flush_interval_ms": 0},
+        state={"sqlite_path": str(tmp_path / "state.db")},
+        sessions={
+            "enabled": True,
+            "checkpoints": {"mode": "compact", "every_turns": 2, "summarizer": "chat"},
+        },
+    )
+    session = f"conv-{uuid.uuid4().hex}"
+    headers = {"authorization": f"Bearer {TEST_KEY}", "x-session-id": session, "x-workflow": "triage"}
+    history: list[dict[str, str]] = []
+    with running_gateway(config) as gateway:
+        for n in range(3):
+            history.append({"role": "user", "content": f"turn {n}: write to jane.doe@example.com about it"})
+            answer = httpx.post(
+                f"{gateway.url}/v1/chat/completions",
+                json={"model": "chat", "messages": history, "max_tokens": 16},
+                headers=headers,
+            )
+            assert answer.status_code == 200, answer.text
+            history.append(answer.json()["choices"][0]["message"])
+    summaries = [r for r in upstream.requests if r.body["messages"][-1]["content"].startswith("Summarize")]
+    assert len(summaries) == 1
+    sent = json.dumps(summaries[0].body)
+    assert "jane.doe@example.com" not in sent  # the summary request was redacted like any other
+    assert "[EMAIL]" in sent
+    decisions = [r for r in map(json.loads, audit.read_text().splitlines()) if r["type"] == "decision"]
+    key = scoped_session_key("alpha", session)
+    assert len(decisions) == 3 + 1  # each turn's, and the summary's own
+    assert {d["session_key"] for d in decisions} == {key}
+    # The summary is no turn of the session: it carries the session's key, not its workflow.
+    assert sorted(str(d["workflow"]) for d in decisions) == ["None", "triage", "triage", "triage"]
