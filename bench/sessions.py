@@ -1,6 +1,6 @@
 """What sessions cost, and what compaction saves.
 
-    python -m bench.sessions [--quick] [--no-gateway] [--no-doc]
+    python -m bench.sessions [--quick] [--no-gateway] [--no-doc] [--rounds N]
 
 - bookkeeping: one session request's own work in this process: the session stages (the
   record read through the worker's cache, limits and checkpoint settings settled), the
@@ -327,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer requests, 1 round of 5 s")
     parser.add_argument("--no-gateway", action="store_true", help="no wrk runs")
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument("--rounds", type=int, default=3, help="gateway rounds (each: off, then on)")
     args = parser.parse_args(argv)
     books = asyncio.run(all_bookkeeping(200 if args.quick else 500))
     runs = {
@@ -334,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         for blocks in (4096, 64)
         for on in (False, True)
     }
-    gateway = None if args.no_gateway else gateway_figures(1 if args.quick else 3, 5 if args.quick else 10)
+    rounds = 1 if args.quick else args.rounds
+    gateway = None if args.no_gateway else gateway_figures(rounds, 5 if args.quick else 10)
     meta = spine.run_meta(argv)
     spine.save_results(
         "sessions", {"meta": meta, "bookkeeping": books, "gateway": gateway, "compaction": runs}

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import dataclass
 
 from gateway.exchange import Endpoint, Exchange
 from gateway.redaction.scrub import Scrubber
@@ -35,16 +34,6 @@ logger = logging.getLogger("tollgate.sessions")
 CHECKPOINT_HEADER = "x-tollgate-checkpoint"
 _WORKFLOW = re.compile(WORKFLOW_PATTERN)
 _WORDS_PER_TOKEN = 0.75
-
-
-@dataclass(slots=True)
-class CheckpointCounts:
-    """Running totals of this worker, for metrics and tests."""
-
-    advised: int = 0
-    compacted: int = 0  # requests sent with a summary in place of their prefix
-    summaries: int = 0  # checkpoints made
-    summary_failures: int = 0
 
 
 class SessionOpen:
@@ -80,7 +69,6 @@ class SessionCheck:
         self._summarizer = summarizer
         self._scrub = scrub
         self._metered = metered  # hard caps are reserved by the meter stage; else checked here
-        self.counts = CheckpointCounts()
 
     async def __call__(self, exchange: Exchange) -> None:
         ticket, principal = exchange.session, exchange.principal
@@ -107,14 +95,13 @@ class SessionCheck:
         messages = exchange.body.get("messages")
         turn = compact.user_turns(messages, 0) if isinstance(messages, list) else 0
         reason = ""
-        if plan.every_turns is not None and turn % plan.every_turns == 0:
+        if plan.every_turns is not None and turn > 0 and turn % plan.every_turns == 0:
             reason = f"every_turns {plan.every_turns}"
         elif plan.above_tokens is not None and typical_input_tokens(exchange.body) > plan.above_tokens:
             reason = f"above_tokens {plan.above_tokens}"
         if reason:
             ticket.due = reason
             exchange.response_headers[CHECKPOINT_HEADER] = "due"
-            self.counts.advised += 1
 
     async def _compact(self, exchange: Exchange, ticket: SessionTicket, plan: CheckpointPlan) -> None:
         assert exchange.principal is not None
@@ -142,7 +129,6 @@ class SessionCheck:
             exchange.body["messages"] = sent
             ticket.compacted = applied.messages
             exchange.response_headers[CHECKPOINT_HEADER] = "compacted"
-            self.counts.compacted += 1
 
     def _due(
         self, messages: list[object], start: int, plan: CheckpointPlan, applied: Checkpoint | None
@@ -183,7 +169,6 @@ class SessionCheck:
                 min(plan.timeout_s, max(0.0, exchange.deadline - time.monotonic()) / 2),
             )
         except SummaryFailed as exc:
-            self.counts.summary_failures += 1
             ticket.summary_failed = True
             logger.warning(
                 "session summary failed: the request goes on uncompacted",
@@ -203,7 +188,6 @@ class SessionCheck:
         )
         ticket.checkpoint, ticket.due = checkpoint, reason
         self._sessions.made(exchange.principal.tenant.name, ticket.key, checkpoint)
-        self.counts.summaries += 1
         return checkpoint
 
     def _check_caps(self, ticket: SessionTicket) -> None:
