@@ -275,6 +275,11 @@ def section(meta: dict[str, Any], b: dict[str, Any], g: dict[str, Any] | None, c
             f"{_rounds(g, 'off')}, on {_rounds(g, 'on')} RPS. When rounds scatter more than the difference, "
             "the machine's load swamped the cost of sessions: the per-request CPU figures above "
             "are the measure.",
+            "",
+            f"Taking gateway CPU per request as the measure (a CPU-bound gateway's throughput is its "
+            f"inverse), sessions cost {100 * (1 - cpu['off'] / cpu['on']):.1f} % of the whole pipeline's "
+            f"throughput (target <= {100 * TARGET_THROUGHPUT_LOSS:.0f} %: "
+            f"{spine.met(1 - cpu['off'] / cpu['on'] <= TARGET_THROUGHPUT_LOSS)}).",
         ]
     lines += [
         "",
