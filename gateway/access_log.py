@@ -36,6 +36,9 @@ class AccessLog:
                 "key_id": principal.key_id if principal else None,
                 "endpoint": exchange.endpoint.value,
                 "model": exchange.model_alias or None,
+                "routed_alias": exchange.routed_alias,  # the alias a policy moved the request to
+                "workflow": exchange.workflow,
+                "priority": exchange.priority,
                 "upstream": last.upstream if last else None,
                 "upstream_model": last.model if last else None,
                 "replica": last.replica if last else None,  # index in the upstream's `replicas`
@@ -52,6 +55,5 @@ class AccessLog:
                 "completion_tokens": usage.completion_tokens,
                 "usage_source": usage.source,
                 "session_key": exchange.session.key if exchange.session else None,
-                "workflow": exchange.session.workflow or None if exchange.session else None,
             },
         )

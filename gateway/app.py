@@ -25,7 +25,7 @@ from gateway.config import (
     load_config,
     metrics_dir_from_env,
 )
-from gateway.exchange import Candidate, Principal, Tenant
+from gateway.exchange import Principal, Tenant
 from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
@@ -33,6 +33,7 @@ from gateway.keys import KeyRing, key_id
 from gateway.metering.counted import CountedUsage
 from gateway.metering.idempotency import IdempotencyOnly
 from gateway.metering.parts import MeteringParts, metering_parts, state_config
+from gateway.metering.prices import PriceBook
 from gateway.metering.produced import ProducedText
 from gateway.operators import OperatorTokens
 from gateway.pipeline import Finisher, Pipeline, Stage
@@ -42,14 +43,17 @@ from gateway.redaction.guard import RedactionGuard
 from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
 from gateway.request_ids import UpstreamIds
+from gateway.routing.choice import LatencyBoard
 from gateway.routing.context_windows import context_windows
 from gateway.routing.probes import HealthProber
 from gateway.routing.readiness import upstream_readiness
+from gateway.routing.tables import candidates_from, live_choices, mirror_from
 from gateway.routing.upstream_route import build_routes, probe_targets
 from gateway.sessions.parts import bind_summaries, session_parts
 from gateway.sessions.summarizer import InternalAdmit
 from gateway.stages.admit import Admit
 from gateway.stages.decide import Decide
+from gateway.stages.label import Label
 from gateway.stages.redact import Redact
 from gateway.stages.route import Route
 from gateway.tools.context_cap import ContextCap
@@ -68,7 +72,11 @@ def tenants_from(config: GatewayConfig) -> dict[str, Tenant]:
 
 def keyring_from(config: GatewayConfig, tenants: dict[str, Tenant]) -> KeyRing:
     return KeyRing(
-        (key.hash, Principal(tenants[key.tenant], key_id(key.hash), key.label)) for key in config.keys
+        (
+            key.hash,
+            Principal(tenants[key.tenant], key_id(key.hash), key.label, key.workflow, key.priority),
+        )
+        for key in config.keys
     )
 
 
@@ -113,21 +121,21 @@ def _session_store(metering: MeteringParts | None, state: StateConfig) -> Callab
     return lambda: build_state_store(state)
 
 
-def build_services(
+# The composition root names every part in order, on purpose in one place: long by design.
+def build_services(  # noqa: PLR0915
     config: GatewayConfig, redaction: RedactionSettings | None = None
 ) -> Callable[[], Awaitable[Services]]:
     """`redaction` replaces the settings compiled from config (tests inject a failing detector)."""
 
-    async def build() -> Services:
+    async def build() -> Services:  # noqa: PLR0915
         # First: a policy that cannot be loaded stops the start before anything else is opened.
         engine = await open_policy_engine(config.policy) if config.policy is not None else None
         tenants = tenants_from(config)
         admit = Admit(keyring_from(config, tenants))
+        latency_board = LatencyBoard()
         route = Route(
-            {
-                alias: [Candidate(c.upstream, c.model, c.class_) for c in candidates]
-                for alias, candidates in config.models.items()
-            }
+            candidates_from(config),
+            live_choices(config, latency_board, PriceBook.from_config(config.prices)),
         )
         upstreams = {name: build_upstream(name, spec) for name, spec in config.upstreams.items()}
         routes = build_routes(config, upstreams)
@@ -165,15 +173,20 @@ def build_services(
             config.context_windows, (c.model for cs in config.models.values() for c in cs)
         )
         request_side: list[Stage] = [redact, ToolOffer(), ImageDestinations(), ContextCap()]
+        mirror = mirror_from(config, routes, audit, metering.store if metering else None)
+        # route before meter: the reservation is priced on the candidates the request will
+        # actually be tried on (the alias a policy moved it to, the class it named).
         stages: list[Stage] = [
             admit,
+            Label(config.workflow_names),
             *([sessions.open] if sessions is not None else []),
             *decide,
             *request_side,
             *([sessions.check] if sessions is not None else []),
-            *meter,
             route,
             *windows,
+            *meter,
+            *([mirror] if mirror else []),  # last: the shadow gets the body every stage has seen
         ]
         # The gateway's count of usage the upstream did not report first, then settle, so the
         # access log and the audit record see the settled request.
@@ -183,6 +196,8 @@ def build_services(
             *([sessions.recorder] if sessions is not None else []),
             *([AccessLog()] if config.server.access_log else []),
             *([AuditCompletion(audit)] if audit else []),
+            *([latency_board] if config.routing.choose else []),
+            *([mirror] if mirror else []),
         ]
         # Redaction before the tool-call guard: restored arguments are what get checked.
         redaction_guard = RedactionGuard(redaction_counters)
@@ -204,12 +219,14 @@ def build_services(
             sessions=sessions.store.opened if sessions is not None else None,
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
+        if mirror is not None and telemetry.arms is not None:
+            mirror.listeners.append(telemetry.arms)
         pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
         # Summaries of compact checkpoints: the same stages, for the session's own principal.
         bind_summaries(
             sessions,
             Pipeline(
-                [InternalAdmit(), *decide, *request_side, *meter, route, *windows],
+                [InternalAdmit(), *decide, *request_side, route, *windows, *meter],
                 forwarder,
                 guards,
                 finishers,
@@ -221,6 +238,8 @@ def build_services(
         async def close() -> None:
             await telemetry.aclose()  # first: its last export still reads the state store (budgets)
             await prober.aclose()
+            if mirror is not None:
+                await mirror.aclose()
             await asyncio.gather(*(u.aclose() for u in upstreams.values()))
             if audit is not None:
                 await audit.aclose()

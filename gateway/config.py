@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.redaction import entities as redaction_entities
+from gateway.routing_config import Priority, RoutingConfig
 from gateway.sessions.config import SessionLimitsConfig, SessionsConfig, TenantSessionsConfig
 from gateway.telemetry_config import TelemetryConfig
 
@@ -169,6 +170,17 @@ class CandidateConfig(_Strict):
     model: str = Field(min_length=1)
     # The model's class (e.g. "frontier", "small"), matched against a policy's route.model_class.
     class_: str | None = Field(None, alias="class", min_length=1)
+    # Side by side (README, "Side by side"): a weight makes the alias a split among its weighted
+    # candidates, sticky per session; a mirror (percent of requests) makes this candidate a
+    # shadow, sent a copy and never answering the client.
+    weight: float | None = Field(None, gt=0)
+    mirror: float | None = Field(None, gt=0, le=100)
+
+    @model_validator(mode="after")
+    def _weight_or_mirror(self) -> CandidateConfig:
+        if self.weight is not None and self.mirror is not None:
+            raise ValueError("a candidate is either weighted (split) or a mirror, not both")
+        return self
 
 
 RedactMode = Literal["off", "mask", "tokenize", "block"]
@@ -300,6 +312,8 @@ class KeyConfig(_Strict):
     tenant: str
     hash: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
     label: str = ""
+    workflow: str | None = None  # the request's workflow when it sends no x-workflow (routing.workflows)
+    priority: Priority | None = None  # the request's priority when it sends no x-priority (else normal)
     budgets: list[BudgetConfig] = []  # in addition to the tenant's
     rate_limits: RateLimitConfig | None = None  # in addition to the tenant's
     session_limits: SessionLimitsConfig | None = None  # replaces the tenant's, field by field
@@ -391,6 +405,12 @@ class GatewayConfig(_Strict):
     sessions: SessionsConfig = SessionsConfig()
     # Upstream model id -> context window in tokens; adds to and overrides the built-in ones.
     context_windows: dict[str, Annotated[int, Field(ge=1)]] = {}
+    routing: RoutingConfig = RoutingConfig()  # workflows, named prompt families, choices, mirrors
+
+    @property
+    def workflow_names(self) -> list[str]:
+        """The workflows requests may name: `routing.workflows`, else `telemetry.labels.workflows`."""
+        return self.routing.workflows or self.telemetry.labels.workflows
 
     @field_validator("models")
     @classmethod
@@ -398,6 +418,8 @@ class GatewayConfig(_Strict):
         for alias, candidates in v.items():
             if not candidates:
                 raise ValueError(f"model alias {alias!r} has no candidates")
+            if all(c.mirror is not None for c in candidates):
+                raise ValueError(f"model alias {alias!r} has only mirrors: one candidate must answer")
         return v
 
     @model_validator(mode="after")
@@ -415,6 +437,11 @@ class GatewayConfig(_Strict):
         for index, key in enumerate(self.keys):
             if key.tenant not in self.tenants:
                 raise ValueError(f"keys[{index}].tenant: {key.tenant!r} is not a tenant")
+            if key.workflow is not None and key.workflow not in self.workflow_names:
+                raise ValueError(f"keys[{index}].workflow: {key.workflow!r} is not in routing.workflows")
+        for alias in self.routing.choose:
+            if alias not in self.models:
+                raise ValueError(f"routing.choose: {alias!r} is not a model alias")
         summarizers = [self.sessions.checkpoints, *self.sessions.workflows.values()]
         summarizers += [t.sessions.checkpoints for t in self.tenants.values() if t.sessions.checkpoints]
         for checkpoints in summarizers:
@@ -503,6 +530,10 @@ def load_config(path: str | Path) -> GatewayConfig:
         for index, key in enumerate(extra):
             if key.tenant not in config.tenants:
                 raise ConfigError(f"{keys_path}: keys[{index}].tenant: {key.tenant!r} is not a tenant")
+            if key.workflow is not None and key.workflow not in config.workflow_names:
+                raise ConfigError(
+                    f"{keys_path}: keys[{index}].workflow: {key.workflow!r} is not in routing.workflows"
+                )
         config = config.model_copy(update={"keys": [*config.keys, *extra]})
     if config.policy is not None:
         config = config.model_copy(update={"policy": _resolve_policy_dir(config.policy, path)})

@@ -13,7 +13,6 @@ request settled, in the settle's own store operation (`update.py`).
 from __future__ import annotations
 
 import logging
-import re
 import time
 
 from gateway.exchange import Endpoint, Exchange
@@ -27,12 +26,10 @@ from gateway.sessions.store_access import SessionStore
 from gateway.sessions.summarizer import Summarizer, SummaryFailed
 from gateway.sessions.ticket import SessionTicket
 from gateway.sessions.tokens import message_tokens, typical_input_tokens
-from gateway.telemetry_config import WORKFLOW_PATTERN
 
 logger = logging.getLogger("tollgate.sessions")
 
 CHECKPOINT_HEADER = "x-tollgate-checkpoint"
-_WORKFLOW = re.compile(WORKFLOW_PATTERN)
 _WORDS_PER_TOKEN = 0.75
 
 
@@ -47,10 +44,9 @@ class SessionOpen:
         # Only a session the client named: a prompt family (route's fallback key) is no session.
         if exchange.session_key is None or principal is None or exchange.endpoint is not Endpoint.CHAT:
             return
-        raw = exchange.headers.get("x-workflow", "")
-        workflow = raw if _WORKFLOW.fullmatch(raw) else ""
         record = await self._sessions.record(principal.tenant.name, exchange.session_key)
-        exchange.session = SessionTicket(exchange.session_key, workflow, record)
+        # The workflow as the label stage named it: a configured name, "other" or "default".
+        exchange.session = SessionTicket(exchange.session_key, exchange.workflow, record)
 
 
 class SessionCheck:

@@ -26,8 +26,6 @@ from gateway.request_ids import request_id_from
 from gateway.tracing import NO_TRACER, Tracer
 from gateway.validation import parse_json_object, validate
 
-WORKFLOW = "session-summary"  # the x-workflow of summary requests, for metrics and the decision log
-
 
 class SummaryFailed(Exception):
     """No summary: why, in a low-cardinality word (`reason`), and what happened."""
@@ -69,7 +67,7 @@ class Summarizer:
         body = {"model": alias, "messages": messages, "max_tokens": max_tokens, "stream": False}
         now = time.monotonic()
         request_id = request_id_from(None)
-        headers = {"x-workflow": WORKFLOW}
+        headers: dict[str, str] = {}
         trace = parent.trace
         if trace.sampled and trace.trace_id and trace.span_id:
             headers["traceparent"] = f"00-{trace.trace_id}-{trace.span_id}-01"
@@ -81,6 +79,9 @@ class Summarizer:
             headers=headers,
             raw_body=orjson.dumps(body),
             principal=parent.principal,
+            # Spent on the session's behalf: its workflow and priority, for the ledger and the policy.
+            workflow=parent.workflow,
+            priority=parent.priority,
             session_key=parent.session_key,  # the session's replica: its prefix cache holds these messages
             upstream_request_id=self._upstream_ids(request_id),
         )

@@ -191,7 +191,7 @@ def _record(
         "cached": outcome.cached,
         "engine": engine,
         "session_key": exchange.session_key,  # the client's session (hashed), or the summarized one
-        "workflow": exchange.session.workflow or None if exchange.session is not None else None,
+        "workflow": exchange.workflow,
     }
 
 

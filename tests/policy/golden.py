@@ -17,6 +17,12 @@ DEMO_TOOL_ARGS = {
 }
 DEMO_REDACT = {"request": "mask", "response": "off", "entities": ["EMAIL", "CREDIT_CARD", "API_KEY"]}
 LIMITS = {"max_tokens": 4096, "tool_output_max_chars": 16000}
+# Routed to the economy alias: the upstreams the tenant (demo) permits, whichever alias serves.
+ECONOMY_ROUTE = {
+    "alias": "economy",
+    "model_class": "economy",
+    "upstreams": ["gpu-pool", "local", "workers-ai"],
+}
 NO_REDACT = {"request": "off", "response": "off", "entities": []}
 DESTINATIONS = {"image_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]}}
 
@@ -42,6 +48,8 @@ def input_doc(**overrides: Any) -> dict[str, Any]:
         "session_state": {"turns": "0", "tokens": "0", "spend": "0", "growth": "0"},
         "budget": "ok",
         "data_class": None,
+        "workflow": "default",
+        "priority": "normal",
         "request_id": "req-golden",
     }
     doc.update(overrides)
@@ -133,8 +141,13 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         ),
     ),
     (
-        "a soft-exceeded budget",
+        "a soft-exceeded budget: lower max_tokens, and normal work goes to the economy class",
         input_doc(budget="soft_exceeded"),
+        allowed(limits={**LIMITS, "max_tokens": 1024}, route=ECONOMY_ROUTE),
+    ),
+    (
+        "a soft-exceeded budget leaves critical work on its model",
+        input_doc(budget="soft_exceeded", priority="critical"),
         allowed(limits={**LIMITS, "max_tokens": 1024}),
     ),
     (
@@ -143,5 +156,15 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             session=True, session_state={"turns": "64+", "tokens": "1M+", "spend": "$10+", "growth": "10k+"}
         ),
         allowed(session={"checkpoint": {"mode": "advise", "every_turns": 16}}),
+    ),
+    (
+        "the extraction workflow is served by the economy class",
+        input_doc(workflow="extraction"),
+        allowed(route=ECONOMY_ROUTE),
+    ),
+    (
+        "a workflow the table does not list stays on its model",
+        input_doc(workflow="other", priority="background"),
+        allowed(),
     ),
 ]

@@ -37,6 +37,7 @@ def config(sim: RunningSimulator, tmp_path: Path, **overrides: Any) -> Any:
         admin={"tokens": [hash_key(ADMIN_TOKEN)]},
         prices={"sim-model": PRICE, "small-window": PRICE},
         context_windows={"small-window": 300, "sim-model": 4000},
+        routing={"workflows": ["triage"]},
         **{"sessions": {"enabled": True}, **overrides},
     )
 

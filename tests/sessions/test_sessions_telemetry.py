@@ -30,6 +30,7 @@ def test_a_sessions_decisions_are_on_its_record_and_in_the_log_with_its_key_and_
         state={"sqlite_path": str(tmp_path / "state.db")},
         server={"access_log": True},
         sessions={"enabled": True},
+        routing={"workflows": ["triage"]},
     )
     session = f"conv-{uuid.uuid4().hex}"
     key = scoped_session_key("alpha", session)
@@ -104,6 +105,7 @@ def test_a_summary_goes_through_the_policy_redaction_and_the_decision_log(
             "enabled": True,
             "checkpoints": {"mode": "compact", "every_turns": 2, "summarizer": "chat"},
         },
+        routing={"workflows": ["triage"]},
     )
     session = f"conv-{uuid.uuid4().hex}"
     headers = {"authorization": f"Bearer {TEST_KEY}", "x-session-id": session, "x-workflow": "triage"}
@@ -127,5 +129,5 @@ def test_a_summary_goes_through_the_policy_redaction_and_the_decision_log(
     key = scoped_session_key("alpha", session)
     assert len(decisions) == 3 + 1  # each turn's, and the summary's own
     assert {d["session_key"] for d in decisions} == {key}
-    # The summary is no turn of the session: it carries the session's key, not its workflow.
-    assert sorted(str(d["workflow"]) for d in decisions) == ["None", "triage", "triage", "triage"]
+    # The summary is spent on the session's behalf: its key and workflow, and it is no turn of it.
+    assert {d["workflow"] for d in decisions} == {"triage"}
