@@ -126,7 +126,7 @@ class Settle:
             session = session_update(exchange, self._sessions, prompt, cached, completion, cost)
             exchange.session.recorded = True
         return Settlement(
-            tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s, release, session
+            tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s, release, session=session
         )
 
     async def aclose(self) -> None:
