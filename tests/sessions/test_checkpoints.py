@@ -22,6 +22,7 @@ from gateway.stages.admit import scoped_session_key
 from simulator import RunningSimulator, SimConfig, Simulator
 from tests.harness import captured_logs, free_port, openai_upstream
 from tests.servers import TEST_KEY, UPSTREAM_KEY, gateway_config, running_gateway
+from tests.sessions.chats import chats
 
 SYSTEM = {"role": "system", "content": "You are a careful assistant. " * 8}
 EVERY = 8
@@ -73,7 +74,7 @@ def cache_ratio(sim: RunningSimulator) -> float:
 
 def turn_requests(sim: RunningSimulator) -> list[Any]:
     """The upstream requests of the session's turns (the summaries end with the instruction)."""
-    return [r for r in sim.requests if not r.body["messages"][-1]["content"].startswith("Summarize")]
+    return [r for r in chats(sim) if not r.body["messages"][-1]["content"].startswith("Summarize")]
 
 
 def test_compaction_keeps_the_upstreams_input_bounded_and_its_prefix_cache_hitting(
@@ -92,7 +93,7 @@ def test_compaction_keeps_the_upstreams_input_bounded_and_its_prefix_cache_hitti
             compacted = converse(gateway.url, session, TURNS)
         compact_ratio = cache_ratio(fresh)
         turns = turn_requests(fresh)
-        summaries = [r for r in fresh.requests if r not in turns]
+        summaries = [r for r in chats(fresh) if r not in turns]
     plain_inputs = [r.json()["usage"]["prompt_tokens"] for r in plain]
     inputs = [r.json()["usage"]["prompt_tokens"] for r in compacted]
     assert len(turns) == TURNS
@@ -140,7 +141,7 @@ def test_advise_mode_says_when_a_checkpoint_is_due(upstream: RunningSimulator, t
         ).json()
     assert record["checkpoint_due"] == {"reason": "every_turns 3", "turn": 6}
     assert record["checkpoints"] == []
-    assert all(len(r.body["messages"]) % 2 == 0 for r in upstream.requests)  # nothing was rewritten
+    assert all(len(r.body["messages"]) % 2 == 0 for r in chats(upstream))  # nothing was rewritten
 
 
 @pytest.mark.parametrize("failure", ["refused", "timeout"])
@@ -156,7 +157,7 @@ def test_a_summarizer_that_fails_leaves_the_turn_served_uncompacted(
     with running_gateway(config(upstream, tmp_path, compact, **broken)) as gateway, captured_logs() as logs:
         responses = converse(gateway.url, f"failing-{uuid.uuid4().hex}", 4)
     assert all("x-tollgate-checkpoint" not in r.headers for r in responses)
-    turns = [r for r in upstream.requests if r.path.endswith("/chat/completions")]
+    turns = chats(upstream)
     assert [len(r.body["messages"]) for r in turns] == [2, 4, 6, 8]  # every turn whole
     lines = [json.loads(line) for line in logs.getvalue().splitlines()]
     failures = [line for line in lines if line["msg"].startswith("session summary failed")]
@@ -171,7 +172,7 @@ def test_compaction_above_a_token_count_keeps_the_input_near_it(
     with running_gateway(config(small_cache_sim, tmp_path, compact)) as gateway:
         responses = converse(gateway.url, f"above-{uuid.uuid4().hex}", 16)
     inputs = [r.json()["usage"]["prompt_tokens"] for r in responses]
-    summaries = [r for r in small_cache_sim.requests if r not in turn_requests(small_cache_sim)]
+    summaries = [r for r in chats(small_cache_sim) if r not in turn_requests(small_cache_sim)]
     assert summaries  # the history passed 500 tokens, more than once
     # Over the threshold only for the turn that made a checkpoint, by at most one turn's growth.
     growth = max(b - a for a, b in itertools.pairwise(inputs[:4]))

@@ -17,6 +17,7 @@ from gateway.keys import hash_key
 from simulator import RunningSimulator
 from tests.harness import openai_error, openai_upstream
 from tests.servers import OTHER_TENANT_KEY, TEST_KEY, RunningGateway, gateway_config, running_gateway
+from tests.sessions.chats import chats
 
 ADMIN_TOKEN = "tg-test-admin-token"
 PRICE = {"input": 1.0, "cached_input": 0.1, "output": 2.0}  # dollars per million tokens
@@ -133,7 +134,7 @@ def test_a_session_over_its_token_cap_is_refused_before_any_upstream_call(
         with pytest.raises(openai.RateLimitError) as refused:
             converse(oai, 10)
         assert refused.value.code == "session_budget_exceeded"
-        served = len(upstream.requests)
+        served = len(chats(upstream))
         assert 1 <= served < 10
         again = httpx.post(
             f"{gateway.url}/v1/chat/completions",
@@ -144,7 +145,7 @@ def test_a_session_over_its_token_cap_is_refused_before_any_upstream_call(
             },
         )
         assert openai_error(again, 429)["code"] == "session_budget_exceeded"
-        assert len(upstream.requests) == served  # refused before any upstream call
+        assert len(chats(upstream)) == served  # refused before any upstream call
 
 
 def test_a_request_over_the_sessions_input_ceiling_is_refused_with_400(
@@ -159,7 +160,7 @@ def test_a_request_over_the_sessions_input_ceiling_is_refused_with_400(
             headers={"authorization": f"Bearer {TEST_KEY}", "x-session-id": "ceiling"},
         )
         assert openai_error(refused, 400)["code"] == "context_length_exceeded"
-        assert upstream.requests == []
+        assert chats(upstream) == []
         no_session = httpx.post(
             f"{gateway.url}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {TEST_KEY}"}
         )
@@ -177,14 +178,14 @@ def test_a_request_too_long_for_one_window_goes_to_a_longer_one_and_too_long_for
         headers=headers,
     )
     assert served.status_code == 200, served.text
-    assert [r.body["model"] for r in upstream.requests] == ["sim-model"]
+    assert [r.body["model"] for r in chats(upstream)] == ["sim-model"]
     short = httpx.post(
         f"{gateway.url}/v1/chat/completions",
         json={"model": "tiered", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
         headers=headers,
     )
     assert short.status_code == 200
-    assert upstream.requests[-1].body["model"] == "small-window"  # the first candidate, when it fits
+    assert chats(upstream)[-1].body["model"] == "small-window"  # the first candidate, when it fits
     upstream.clear()
     huge = {"role": "user", "content": "word " * 4000}
     refused = httpx.post(
@@ -196,4 +197,4 @@ def test_a_request_too_long_for_one_window_goes_to_a_longer_one_and_too_long_for
     assert error["code"] == "context_length_exceeded"
     assert "small-window: 300" in error["message"]
     assert "sim-model: 4000" in error["message"]
-    assert upstream.requests == []  # no upstream was called
+    assert chats(upstream) == []  # no upstream was called

@@ -15,6 +15,7 @@ from simulator import RunningSimulator
 from tests.harness import captured_logs, eventually, openai_error
 from tests.policy.gateway_setup import TENANTS, policy_gateway_config, write_policy_dir
 from tests.servers import TEST_KEY, running_gateway
+from tests.sessions.chats import chats
 
 
 def test_a_sessions_decisions_are_on_its_record_and_in_the_log_with_its_key_and_workflow(
@@ -48,7 +49,7 @@ def test_a_sessions_decisions_are_on_its_record_and_in_the_log_with_its_key_and_
             headers=headers,
         )
         assert openai_error(too_long, 400)["code"] == "context_length_exceeded"  # the policy's ceiling
-        assert len(upstream.requests) == 1
+        assert len(chats(upstream)) == 1
         record = httpx.get(f"{gateway.url}/v1/sessions/{session}", headers=headers).json()
         page = httpx.get(f"{gateway.url}/metrics").text
     decisions = [r for r in map(json.loads, audit.read_text().splitlines()) if r["type"] == "decision"]
@@ -120,7 +121,7 @@ def test_a_summary_goes_through_the_policy_redaction_and_the_decision_log(
             )
             assert answer.status_code == 200, answer.text
             history.append(answer.json()["choices"][0]["message"])
-    summaries = [r for r in upstream.requests if r.body["messages"][-1]["content"].startswith("Summarize")]
+    summaries = [r for r in chats(upstream) if r.body["messages"][-1]["content"].startswith("Summarize")]
     assert len(summaries) == 1
     sent = json.dumps(summaries[0].body)
     assert "jane.doe@example.com" not in sent  # the summary request was redacted like any other
