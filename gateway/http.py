@@ -31,6 +31,8 @@ from gateway.errors import (
     UnsupportedMediaType,
 )
 from gateway.exchange import Endpoint, Exchange, Principal
+from gateway.keystore.admin import PREFIX as ADMIN_KEYS
+from gateway.keystore.admin import AdminCall
 from gateway.logs import flush_logs
 from gateway.pipeline import Pipeline
 from gateway.ports import EngineReadiness
@@ -83,6 +85,8 @@ class Services:
     policy_readiness: tuple[str, Callable[[], Awaitable[EngineReadiness]]] | None = None
     # GET /v1/sessions/{id} and /admin/sessions (gateway/sessions/views.py); None: sessions off
     sessions: SessionViews | None = None
+    # /admin/keys[/...]: the call -> (status, JSON); None: no live keys (gateway/keystore/admin.py)
+    admin_keys: Callable[[AdminCall], Awaitable[tuple[int, bytes]]] | None = None
 
 
 class GatewayASGI:
@@ -178,6 +182,8 @@ class GatewayASGI:
             elif path.startswith("/v1/sessions/") or path == "/admin/sessions":
                 _require(method, "GET", path)
                 await _send_json(send, 200, await _sessions(services, path, headers, scope), request_id)
+            elif path == ADMIN_KEYS or path.startswith(ADMIN_KEYS + "/"):
+                await _admin_keys(services, scope, headers, request_id, receive, send)
             else:
                 raise NotFound(f"Unknown path {path}.", code="unknown_url")
         except GatewayError as exc:
@@ -322,6 +328,34 @@ async def _sessions(services: Services, path: str, headers: dict[str, str], scop
             headers.get("authorization"), scope.get("query_string", b"").decode("latin-1")
         )
     return await views.one(headers.get("authorization"), path.removeprefix("/v1/sessions/"))
+
+
+async def _admin_keys(
+    services: Services,
+    scope: Scope,
+    headers: dict[str, str],
+    request_id: str,
+    receive: Receive,
+    send: Send,
+) -> None:
+    if services.admin_keys is None:
+        raise NotFound(
+            "Live keys are not enabled on this gateway: /admin/keys needs an `admin:` block (operator "
+            "token hashes) and a `live_keys:` block.",
+            code="admin_keys_not_configured",
+        )
+    method: str = scope["method"]
+    body = await _read_body(receive, headers, services.max_body_bytes) if method == "POST" else b""
+    call = AdminCall(
+        method,
+        scope["path"],
+        scope.get("query_string", b"").decode("latin-1"),
+        headers.get("authorization"),
+        body,
+        request_id,
+    )
+    status, payload = await services.admin_keys(call)
+    await _send_json(send, status, payload, request_id)
 
 
 def _shutting_down() -> GatewayError:

@@ -14,10 +14,10 @@ from urllib.parse import parse_qs
 
 import orjson
 
+from gateway.admin_auth import AdminCredentials
 from gateway.errors import InvalidRequest
 from gateway.metering.plan import utc_now
 from gateway.metering.report import default_range, parse_day, parse_group, spend_document
-from gateway.operators import OperatorTokens
 from gateway.ports import StateStore
 
 _MAX_DAYS = 366
@@ -32,9 +32,12 @@ class SpendAdmin:
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self._store = store
-        self.authorize = OperatorTokens(token_hashes).authorize
+        self._credentials = AdminCredentials(token_hashes)
         self._tenants = tuple(tenants)
         self._clock = clock
+
+    def authorize(self, authorization: str | None) -> None:
+        self._credentials.authorize(authorization)
 
     async def spend(self, authorization: str | None, query: str) -> bytes:
         self.authorize(authorization)

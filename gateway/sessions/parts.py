@@ -1,4 +1,6 @@
-"""Sessions' parts, built from config around the store they use, for the composition root."""
+"""Sessions' parts, for the composition root: what lives as long as the process (the store
+and its cache, the recorder, the summarizer) and the stages a config gives (rebuilt with the
+rest of the request's stages when the config is edited)."""
 
 from __future__ import annotations
 
@@ -21,29 +23,33 @@ from gateway.tracing import Tracer
 
 
 @dataclass(frozen=True, slots=True)
+class SessionStages:
+    open: SessionOpen  # after admit and label
+    check: SessionCheck  # after the request-side policy stages, before route
+
+
+@dataclass(frozen=True, slots=True)
 class SessionParts:
     store: SessionStore
-    open: SessionOpen  # the stage after admit
-    check: SessionCheck  # the stage before meter
     recorder: SessionRecorder  # the finisher after settle
-    summarizer: Summarizer  # bound to its pipeline once that is built
-    owns_store: bool  # the embedded store opened for sessions alone (metering's is metering's)
+    summarizer: Summarizer  # given its pipeline by each assembly of the stages
+    metered: bool  # on metering's store: caps are reserved, records ride on its settle
+
+    def stages(self, config: GatewayConfig) -> SessionStages:
+        return SessionStages(
+            SessionOpen(self.store),
+            SessionCheck(
+                SessionSettings(config), self.store, self.summarizer, scrubber_for(config), self.metered
+            ),
+        )
 
     def views(
         self,
         authenticate: Callable[[str | None], Principal],
-        authorize_operator: Callable[[str | None], None] | None,
+        authorize_operator: Callable[[str | None], object] | None,
         tenants: Sequence[str],
     ) -> SessionViews:
         return SessionViews(self.store, authenticate, authorize_operator, tenants)
-
-    async def aclose(self) -> None:
-        await self.store.aclose(owned=self.owns_store)
-
-
-def bind_summaries(parts: SessionParts | None, summary_pipeline: Pipeline, tracer: Tracer) -> None:
-    if parts is not None:
-        parts.summarizer.bind(summary_pipeline, tracer)
 
 
 def session_parts(
@@ -53,14 +59,25 @@ def session_parts(
     upstream_ids: Callable[[str], str],
 ) -> SessionParts:
     """`open_store`: metering's store when `metered`, else the embedded one (opened on first use)."""
-    settings = SessionSettings(config)
     store = SessionStore(open_store, config.sessions.cache_s)
-    summarizer = Summarizer(upstream_ids)
     return SessionParts(
         store=store,
-        open=SessionOpen(store),
-        check=SessionCheck(settings, store, summarizer, scrubber_for(config), metered=metered),
-        recorder=SessionRecorder(store, settings, PriceBook.from_config(config.prices)),
-        summarizer=summarizer,
-        owns_store=not metered,
+        recorder=SessionRecorder(store, SessionSettings(config), PriceBook.from_config(config.prices)),
+        summarizer=Summarizer(upstream_ids),
+        metered=metered,
     )
+
+
+def bind_summaries(parts: SessionParts | None, summary_pipeline: Pipeline) -> None:
+    if parts is not None:
+        parts.summarizer.bind(summary_pipeline)
+
+
+def trace_summaries(parts: SessionParts | None, tracer: Tracer) -> None:
+    if parts is not None:
+        parts.summarizer.trace_with(tracer)
+
+
+async def close_sessions(parts: SessionParts | None) -> None:
+    if parts is not None:
+        await parts.store.aclose(owned=not parts.metered)  # metering's store is metering's to close

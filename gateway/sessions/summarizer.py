@@ -53,9 +53,11 @@ class Summarizer:
         self._pipeline: Pipeline | None = None
         self._tracer: Tracer = NO_TRACER
 
-    def bind(self, pipeline: Pipeline, tracer: Tracer) -> None:
-        """Set once the composition root has built the summary pipeline and the tracer."""
+    def bind(self, pipeline: Pipeline) -> None:
+        """The summary pipeline of the config now serving (set again when it is edited)."""
         self._pipeline = pipeline
+
+    def trace_with(self, tracer: Tracer) -> None:
         self._tracer = tracer
 
     async def summarize(

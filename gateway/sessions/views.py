@@ -70,7 +70,7 @@ class SessionViews:
         self,
         sessions: SessionStore,
         authenticate: Callable[[str | None], Principal],
-        authorize_operator: Callable[[str | None], None] | None,
+        authorize_operator: Callable[[str | None], object] | None,
         tenants: Sequence[str],
     ) -> None:
         self._sessions = sessions
