@@ -54,5 +54,6 @@ class AccessLog:
                 "cached_tokens": usage.cached_tokens,
                 "completion_tokens": usage.completion_tokens,
                 "usage_source": usage.source,
+                "session_key": exchange.session.key if exchange.session else None,
             },
         )

@@ -18,6 +18,7 @@ from adapters.state.jobs import build_job_store
 from adapters.upstream import build_upstream
 from adapters.webhooks.http_sender import HttpWebhookSender
 from gateway.access_log import AccessLog
+from gateway.admin_auth import AdminCredentials
 from gateway.audit.completion import AuditCompletion
 from gateway.audit.queued_sink import QueuedSink
 from gateway.config import (
@@ -45,16 +46,26 @@ from gateway.metering.prices import PriceBook
 from gateway.metering.produced import ProducedText
 from gateway.pipeline import Finisher, Pipeline, Stage
 from gateway.policy.cache import DecisionCache
-from gateway.ports import AuditSink, PolicyEngine
+from gateway.ports import AuditSink, PolicyEngine, StateStore
 from gateway.redaction.guard import RedactionGuard
 from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
 from gateway.request_ids import UpstreamIds
 from gateway.routing.choice import LatencyBoard
+from gateway.routing.context_windows import context_windows
 from gateway.routing.live_upstreams import LiveUpstreams
 from gateway.routing.mirror import Mirror
 from gateway.routing.readiness import upstream_readiness
 from gateway.routing.tables import candidates_from, live_choices, mirror_from
+from gateway.sessions.parts import (
+    SessionParts,
+    bind_summaries,
+    close_sessions,
+    session_parts,
+    trace_summaries,
+)
+from gateway.sessions.summarizer import InternalAdmit
+from gateway.sessions.views import SessionViews
 from gateway.stages.admit import Admit
 from gateway.stages.decide import Decide
 from gateway.stages.label import Label
@@ -135,13 +146,32 @@ def decide_from(
     )
 
 
-def build_services(
+def sessions_from(
+    config: GatewayConfig, metering: MeteringParts | None, upstream_ids: Callable[[str], str]
+) -> SessionParts | None:
+    """Sessions, on metering's store (their records ride on its settle), else on the embedded
+    one (opened on the first session request); None when `sessions.enabled` is false."""
+    if not config.sessions.enabled:
+        return None
+    if metering is not None:
+        store = metering.store
+        return session_parts(config, lambda: store, True, upstream_ids)
+    state = config.state or StateConfig()
+    return session_parts(config, lambda: build_state_store(state), False, upstream_ids)
+
+
+def _store_of(sessions: SessionParts | None) -> Callable[[], StateStore | None] | None:
+    return sessions.store.opened if sessions is not None else None
+
+
+# The composition root names every part, in order, in one place: long by design.
+def build_services(  # noqa: PLR0915
     config: GatewayConfig, redaction: RedactionSettings | None = None, config_path: str | None = None
 ) -> Callable[[], Awaitable[Services]]:
     """`redaction` replaces the settings compiled from config (tests inject a failing detector);
     `config_path`: the file the config came from, watched for edits (gateway/config_reload.py)."""
 
-    async def build() -> Services:
+    async def build() -> Services:  # noqa: PLR0915
         # First: a policy that cannot be loaded stops the start before anything else is opened.
         engine = await open_policy_engine(config.policy) if config.policy is not None else None
         audit = audit_sink_from(config)
@@ -155,6 +185,8 @@ def build_services(
             await warn_if_not_durable(metering.store)
         redaction_counters = RedactionCounters()
         keys_only = None if metering else idempotency_only(config)
+        upstream_ids = UpstreamIds(key.encode() if (key := config.server.request_id_key) else None)
+        sessions = sessions_from(config, metering, upstream_ids)
         latency_board = LatencyBoard()
         # Side-by-side runs and mirrors: their aliases and upstreams change only with a restart.
         mirror = mirror_from(config, routes, audit, metering.store if metering else None)
@@ -163,6 +195,7 @@ def build_services(
         finishers: list[Finisher] = [
             CountedUsage(),
             *([metering.settle] if metering else [keys_only] if keys_only else []),
+            *([sessions.recorder] if sessions is not None else []),
             *([AccessLog()] if config.server.access_log else []),
             *([AuditCompletion(audit)] if audit else []),
             *([latency_board] if config.routing.choose else []),
@@ -192,6 +225,7 @@ def build_services(
             live_keys_age=live.cache.age_s if live is not None else None,
             config_edits=reloader.counts.by_outcome if reloader is not None else None,
             jobs=jobs.metrics_source,
+            sessions=_store_of(sessions),
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
         if mirror is not None and telemetry.arms is not None:
@@ -211,7 +245,9 @@ def build_services(
             redaction_guard=redaction_guard,
             redaction_counters=redaction_counters,
             redaction=redaction,
+            sessions=sessions,
         )
+        trace_summaries(sessions, telemetry.tracer)
         assembled = assemble(config, lasting)
         background: list[asyncio.Task[None]] = []
 
@@ -233,6 +269,7 @@ def build_services(
                 await keys_only.aclose()
             if live is not None:
                 await live.aclose()
+            await close_sessions(sessions)
 
         live_upstreams.start()  # last: a start that failed above leaves no background task behind
         if live is not None:
@@ -251,7 +288,7 @@ def build_services(
             admin_spend=assembled.admin_spend,
             tracer=telemetry.tracer,
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
-            upstream_ids=UpstreamIds(key.encode() if (key := config.server.request_id_key) else None),
+            upstream_ids=upstream_ids,
             policy_readiness=(engine.name, engine.readiness) if engine is not None else None,
             admin_keys=assembled.admin_keys,
             # Jobs take the pipeline and the keys in force when they run: a config edit swaps them.
@@ -263,6 +300,7 @@ def build_services(
                 HttpWebhookSender(),
             ),
             attach_load=jobs.attach_load,  # after `assemble`, above
+            sessions=assembled.sessions,
         )
         return services
 
@@ -287,6 +325,7 @@ class Lasting:
     redaction_guard: RedactionGuard
     redaction_counters: RedactionCounters
     redaction: RedactionSettings | None  # settings injected by a test, kept over edits
+    sessions: SessionParts | None = None  # session records' store and cache, the summarizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +338,7 @@ class Assembled:
     route: Route
     metering: MeteringParts | None
     admin_keys: KeysAdmin | None
+    sessions: SessionViews | None = None  # GET /v1/sessions/{id}, /admin/sessions
 
     def models_for(self, principal: Principal) -> list[str]:
         return self.route.aliases_for(principal.tenant.models)
@@ -332,17 +372,21 @@ def assemble(config: GatewayConfig, lasting: Lasting) -> Assembled:
     keys_only = lasting.keys_only
     meter: list[Stage] = [metered.meter] if metered else [keys_only] if keys_only else []
     mirror = lasting.mirror
+    sessions = lasting.sessions
+    opened = sessions.stages(config) if sessions is not None else None
+    request_side: list[Stage] = [redact, ToolOffer(), ImageDestinations(), ContextCap()]
+    windows = context_windows(config.context_windows, (c.model for cs in config.models.values() for c in cs))
     # route before meter: the reservation is priced on the candidates the request will
     # actually be tried on (the alias a policy moved it to, the class it named).
     stages: list[Stage] = [
         admit,
         Label(config.workflow_names),
+        *([opened.open] if opened is not None else []),
         *decide,
-        redact,
-        ToolOffer(),
-        ImageDestinations(),
-        ContextCap(),
+        *request_side,
+        *([opened.check] if opened is not None else []),
         route,
+        *windows,
         *meter,
         *([mirror] if mirror else []),  # last: the shadow gets the body every stage has seen
     ]
@@ -350,7 +394,29 @@ def assemble(config: GatewayConfig, lasting: Lasting) -> Assembled:
     pipeline = Pipeline(
         stages, forwarder, lasting.guards, lasting.finishers, error_guards=[lasting.redaction_guard]
     )
-    return Assembled(pipeline, admit, route, metered, live.admin(config) if live is not None else None)
+    # Summaries of compact checkpoints: the same stages, for the session's own principal.
+    summary_stages: list[Stage] = [InternalAdmit(), *decide, *request_side, route, *windows, *meter]
+    bind_summaries(
+        sessions,
+        Pipeline(
+            summary_stages,
+            forwarder,
+            lasting.guards,
+            lasting.finishers,
+            error_guards=[lasting.redaction_guard],
+        ),
+    )
+    views = (
+        sessions.views(
+            admit.authenticate,
+            AdminCredentials(config.admin.tokens).authorize if config.admin is not None else None,
+            list(config.tenants),
+        )
+        if sessions is not None
+        else None
+    )
+    keys_admin = live.admin(config) if live is not None else None
+    return Assembled(pipeline, admit, route, metered, keys_admin, views)
 
 
 def reload_into(services: Services, edited: GatewayConfig, lasting: Lasting) -> None:
@@ -367,6 +433,7 @@ def swap_in(services: Services, edited: Assembled) -> None:
     services.models_for = edited.models_for
     services.admin_spend = edited.admin_spend
     services.admin_keys = edited.admin_keys
+    services.sessions = edited.sessions
 
 
 def _reloader(

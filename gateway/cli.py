@@ -31,6 +31,7 @@ from gateway.jobs.worker import run_jobs_worker
 from gateway.keys import generate_key, hash_key
 from gateway.keys_file import append_key, entry_line, key_entry
 from gateway.routing_config import PRIORITIES
+from gateway.sessions import commands as session_commands
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_policy_commands(commands)
 
     _add_spend_command(commands)
+    session_commands.add_commands(commands)
     _add_compare_command(commands)
 
     args, rest = parser.parse_known_args(argv)
@@ -91,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             return _audit_verify(args.path, args.redis, args.stream)
         if args.command == "policy":
             return _policy(args)
+        if args.command == "sessions":
+            return _sessions(args)
         if args.command == "compare":
             return _compare(args)
         if args.command == "spend":
@@ -383,6 +387,13 @@ def _compare(args: argparse.Namespace) -> int:
     else:
         print(compare_table(summaries))
     return 0
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    from adapters.state import build_state_store
+
+    config = load_config(args.config)
+    return session_commands.run(args, config, build_state_store(session_commands.state_of(config)))
 
 
 def _audit_verify(path: str | None, redis_url: str | None, stream: str) -> int:

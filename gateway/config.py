@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gateway.redaction import entities as redaction_entities
 from gateway.routing_config import Priority, RoutingConfig
+from gateway.sessions.config import SessionLimitsConfig, SessionsConfig, TenantSessionsConfig
 from gateway.telemetry_config import TelemetryConfig
 
 CONFIG_ENV = "TOLLGATE_CONFIG"
@@ -313,6 +314,7 @@ class TenantConfig(_Strict):
     budgets: list[BudgetConfig] = []
     rate_limits: RateLimitConfig | None = None
     redaction: RedactionConfig | None = None  # replaces the top-level `redaction` for this tenant
+    sessions: TenantSessionsConfig = TenantSessionsConfig()  # replaces the top-level session settings
 
 
 class KeyConfig(_Strict):
@@ -323,6 +325,7 @@ class KeyConfig(_Strict):
     priority: Priority | None = None  # the request's priority when it sends no x-priority (else normal)
     budgets: list[BudgetConfig] = []  # in addition to the tenant's
     rate_limits: RateLimitConfig | None = None  # in addition to the tenant's
+    session_limits: SessionLimitsConfig | None = None  # replaces the tenant's, field by field
 
 
 class LiveKeysConfig(_Strict):
@@ -463,6 +466,9 @@ class GatewayConfig(_Strict):
     prices: dict[str, PriceConfig] = {}  # upstream model id -> price; adds to and overrides the defaults
     admin: AdminConfig | None = None  # no /admin/* endpoints without it
     telemetry: TelemetryConfig = TelemetryConfig()  # traces off, metrics on /metrics, unless set
+    sessions: SessionsConfig = SessionsConfig()
+    # Upstream model id -> context window in tokens; adds to and overrides the built-in ones.
+    context_windows: dict[str, Annotated[int, Field(ge=1)]] = {}
     routing: RoutingConfig = RoutingConfig()  # workflows, named prompt families, choices, mirrors
     jobs: JobsConfig | None = None  # no async jobs, batches or webhooks without it
 
@@ -501,6 +507,11 @@ class GatewayConfig(_Strict):
         for alias in self.routing.choose:
             if alias not in self.models:
                 raise ValueError(f"routing.choose: {alias!r} is not a model alias")
+        summarizers = [self.sessions.checkpoints, *self.sessions.workflows.values()]
+        summarizers += [t.sessions.checkpoints for t in self.tenants.values() if t.sessions.checkpoints]
+        for checkpoints in summarizers:
+            if checkpoints.summarizer is not None and checkpoints.summarizer not in self.models:
+                raise ValueError(f"sessions: summarizer {checkpoints.summarizer!r} is not a model alias")
         for name in self.state.fail_open_tenants if self.state else ():
             if name not in self.tenants:
                 raise ValueError(f"state.fail_open_tenants: {name!r} is not a tenant")

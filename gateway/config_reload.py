@@ -49,7 +49,7 @@ from gateway.routing.tables import mirrors_from
 
 logger = logging.getLogger("tollgate.config")
 
-LIVE = ("keys", "keys_file", "tenants", "models", "upstreams", "redaction", "admin")
+LIVE = ("keys", "keys_file", "tenants", "models", "upstreams", "redaction", "admin", "context_windows")
 RESTART_ONLY = (
     "server",
     "state",
@@ -61,6 +61,7 @@ RESTART_ONLY = (
     "prices",
     "metering",
     "jobs",
+    "sessions",  # the records' store, cache and summarizer last as long as the process
 )
 
 Fingerprint = tuple[tuple[str, int, int, int] | None, ...]

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from gateway.metering.ticket import MeterTicket
     from gateway.policy.decision import Decision
     from gateway.redaction.state import RedactionState
+    from gateway.sessions.ticket import SessionTicket
     from gateway.tools.stream import ToolCallStream
 
 
@@ -133,6 +134,7 @@ class Exchange:
     client_wants_usage: bool = False  # stream_options.include_usage as the client sent it
     principal: Principal | None = None
     session_key: str | None = None  # affinity key, scoped to the tenant and hashed
+    session: SessionTicket | None = None  # the request's session, when it names one (gateway/sessions)
     model_alias: str = ""
     workflow: str = "default"  # a configured workflow name, "other" or "default" (the label stage)
     priority: str = "normal"  # critical, normal or background (the label stage)

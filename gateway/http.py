@@ -39,6 +39,7 @@ from gateway.logs import flush_logs
 from gateway.pipeline import Pipeline
 from gateway.ports import EngineReadiness
 from gateway.request_ids import UpstreamIds, request_id_from
+from gateway.sessions.views import SessionViews
 from gateway.tracing import CORRELATION, NO_TRACER, Correlation, Tracer
 
 logger = logging.getLogger("tollgate.http")
@@ -88,6 +89,8 @@ class Services:
     jobs: JobsApi | None = None
     # Called once started, with the edge itself: its synchronous calls gate the job puller
     attach_load: Callable[[Any], None] | None = None
+    # GET /v1/sessions/{id} and /admin/sessions (gateway/sessions/views.py); None: sessions off
+    sessions: SessionViews | None = None
     # /admin/keys[/...]: the call -> (status, JSON); None: no live keys (gateway/keystore/admin.py)
     admin_keys: Callable[[AdminCall], Awaitable[tuple[int, bytes]]] | None = None
 
@@ -145,63 +148,8 @@ class GatewayASGI:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = _headers(scope)
         request_id = request_id_from(headers.get("x-request-id"))
-        path: str = scope["path"]
-        method: str = scope["method"]
-        services = self._services
         try:
-            if services is None:
-                raise GatewayError("The gateway is starting.", code="starting")
-            endpoint = _MODEL_PATHS.get(path)
-            if endpoint is not None:
-                if method != "POST":
-                    raise MethodNotAllowed(f"Use POST for {path}.")
-                if self._draining:
-                    raise _shutting_down()
-                # `Prefer: respond-async` with jobs on: queued now, answered later (gateway/jobs/)
-                jobs = services.jobs if services.jobs is not None and prefers_async(headers) else None
-                await (
-                    _submit_async(jobs, services, endpoint, headers, request_id, receive, send)
-                    if jobs is not None
-                    else self._counted(
-                        self._model_call(services, endpoint, headers, request_id, receive, send)
-                    )
-                )
-            elif path == "/v1/models":
-                _require(method, "GET", path)
-                principal = services.authenticate(headers.get("authorization"))
-                await _send_json(send, 200, _models_body(services.models_for(principal)), request_id)
-            elif path == "/healthz":
-                _require(method, "GET", path)
-                await _send_json(send, 200, b'{"status":"ok"}', request_id)
-            elif path == "/readyz":
-                _require(method, "GET", path)
-                await self._ready(services, send, request_id)
-            elif path == "/metrics" and services.metrics is not None:
-                _require(method, "GET", path)
-                page, content_type = await services.metrics(headers.get("accept", ""))
-                await _send_page(send, page, content_type, request_id)
-            elif path == "/admin/spend":
-                _require(method, "GET", path)
-                if services.admin_spend is None:
-                    raise NotFound(
-                        "Spend reporting is not enabled on this gateway: /admin/spend needs an `admin:` "
-                        "block (operator token hashes) and metering (a `state:` block, or any budget or "
-                        "rate limit).",
-                        code="admin_spend_not_configured",
-                    )
-                query = scope.get("query_string", b"").decode("latin-1")
-                body = await services.admin_spend(headers.get("authorization"), query)
-                await _send_json(send, 200, body, request_id)
-            elif services.jobs is not None and services.jobs.serves(path):
-                await _send_answer(
-                    send,
-                    await services.jobs.handle(_api_request(scope, headers, request_id, receive)),
-                    request_id,
-                )
-            elif path == ADMIN_KEYS or path.startswith(ADMIN_KEYS + "/"):
-                await _admin_keys(services, scope, headers, request_id, receive, send)
-            else:
-                raise NotFound(f"Unknown path {path}.", code="unknown_url")
+            await self._dispatch(scope, headers, request_id, receive, send)
         except GatewayError as exc:
             await _send_error(send, exc, request_id)
         except ClientGone:
@@ -209,6 +157,68 @@ class GatewayASGI:
         except Exception:
             logger.exception("unhandled error", extra={"request_id": request_id})
             await _send_error(send, InternalError(request_id), request_id)
+
+    async def _dispatch(
+        self, scope: Scope, headers: dict[str, str], request_id: str, receive: Receive, send: Send
+    ) -> None:
+        """The route of a request: which handler answers its path."""
+        path: str = scope["path"]
+        method: str = scope["method"]
+        services = self._services
+        if services is None:
+            raise GatewayError("The gateway is starting.", code="starting")
+        endpoint = _MODEL_PATHS.get(path)
+        if endpoint is not None:
+            if method != "POST":
+                raise MethodNotAllowed(f"Use POST for {path}.")
+            if self._draining:
+                raise _shutting_down()
+            # `Prefer: respond-async` with jobs on: queued now, answered later (gateway/jobs/)
+            jobs = services.jobs if services.jobs is not None and prefers_async(headers) else None
+            await (
+                _submit_async(jobs, services, endpoint, headers, request_id, receive, send)
+                if jobs is not None
+                else self._counted(self._model_call(services, endpoint, headers, request_id, receive, send))
+            )
+        elif path == "/v1/models":
+            _require(method, "GET", path)
+            principal = services.authenticate(headers.get("authorization"))
+            await _send_json(send, 200, _models_body(services.models_for(principal)), request_id)
+        elif path == "/healthz":
+            _require(method, "GET", path)
+            await _send_json(send, 200, b'{"status":"ok"}', request_id)
+        elif path == "/readyz":
+            _require(method, "GET", path)
+            await self._ready(services, send, request_id)
+        elif path == "/metrics" and services.metrics is not None:
+            _require(method, "GET", path)
+            page, content_type = await services.metrics(headers.get("accept", ""))
+            await _send_page(send, page, content_type, request_id)
+        elif path == "/admin/spend":
+            _require(method, "GET", path)
+            if services.admin_spend is None:
+                raise NotFound(
+                    "Spend reporting is not enabled on this gateway: /admin/spend needs an `admin:` "
+                    "block (operator token hashes) and metering (a `state:` block, or any budget or "
+                    "rate limit).",
+                    code="admin_spend_not_configured",
+                )
+            query = scope.get("query_string", b"").decode("latin-1")
+            body = await services.admin_spend(headers.get("authorization"), query)
+            await _send_json(send, 200, body, request_id)
+        elif services.jobs is not None and services.jobs.serves(path):
+            await _send_answer(
+                send,
+                await services.jobs.handle(_api_request(scope, headers, request_id, receive)),
+                request_id,
+            )
+        elif path.startswith("/v1/sessions/") or path == "/admin/sessions":
+            _require(method, "GET", path)
+            await _send_json(send, 200, await _sessions(services, path, headers, scope), request_id)
+        elif path == ADMIN_KEYS or path.startswith(ADMIN_KEYS + "/"):
+            await _admin_keys(services, scope, headers, request_id, receive, send)
+        else:
+            raise NotFound(f"Unknown path {path}.", code="unknown_url")
 
     async def _counted(self, call: Awaitable[None]) -> None:
         self._in_flight += 1
@@ -331,6 +341,19 @@ class GatewayASGI:
             watcher.cancel()
         if not relay_task.cancelled():
             relay_task.result()
+
+
+async def _sessions(services: Services, path: str, headers: dict[str, str], scope: Scope) -> bytes:
+    views = services.sessions
+    if views is None:
+        raise NotFound(
+            "Sessions are off on this gateway (sessions.enabled: false).", code="sessions_disabled"
+        )
+    if path == "/admin/sessions":
+        return await views.listing(
+            headers.get("authorization"), scope.get("query_string", b"").decode("latin-1")
+        )
+    return await views.one(headers.get("authorization"), path.removeprefix("/v1/sessions/"))
 
 
 async def _admin_keys(

@@ -20,6 +20,7 @@ from gateway.metering.records import (
     SpendRow,
     StoredResponse,
 )
+from gateway.sessions.records import SessionRecord, SessionUpdate
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +255,8 @@ class StateStore(Protocol):
     - `claim_idempotency` / `complete_idempotency` / `release_idempotency`: an
       Idempotency-Key is claimed by one request (for `lease_s`), then either holds its
       response (for `ttl_s`) or is released for a retry.
+    - sessions (gateway/sessions/records.py): `settle` applies a settlement's session update
+      in the same atomic step; `update_session` applies one alone.
     """
 
     name: str  # "sqlite" or "redis"
@@ -289,6 +292,19 @@ class StateStore(Protocol):
 
     async def spend(self, tenants: tuple[str, ...], since: str, until: str) -> list[SpendRow]:
         """Ledger rows of these tenants for days since..until (YYYY-MM-DD, both included)."""
+        ...
+
+    async def session(self, tenant: str, session: str) -> SessionRecord | None:
+        """The session's record, or None when there is none (or it expired)."""
+        ...
+
+    async def sessions(self, tenants: tuple[str, ...], sort: str, limit: int) -> list[SessionRecord]:
+        """Up to `limit` live records of these tenants, by `sort` (SESSION_SORTS), largest first.
+        Redis ranks the 1,000 sessions of each tenant seen last."""
+        ...
+
+    async def update_session(self, update: SessionUpdate) -> None:
+        """Apply a session update on its own (a settle applies `Settlement.session` itself)."""
         ...
 
     async def ping(self) -> None: ...

@@ -24,6 +24,7 @@ decision := {
 	"redact": object.union(object.get(defaults, "redact", {}), object.get(tenant, "redact", {})),
 	"route": route,
 	"limits": limits,
+	"session": session_rules,
 }
 
 # Allow needs the positive facts as well as an empty deny set, so that a deny rule that
@@ -201,6 +202,32 @@ budget_limits := {"max_tokens": defaults.soft_budget_max_tokens} if {
 	input.budget == "soft_exceeded"
 	defaults.soft_budget_max_tokens < object.get(base_limits, "max_tokens", defaults.soft_budget_max_tokens + 1)
 }
+
+# --- sessions: per-session limits and checkpoints --------------------------------------
+
+# The `session` objects of defaults and of the tenant (data.yaml), the tenant's over them.
+base_session := object.union(object.get(defaults, "session", {}), object.get(tenant, "session", {}))
+
+# A long session (64 turns or more, or past a million tokens) is told to summarize, unless
+# the data already gives sessions a checkpoint.
+default session_state := {}
+
+session_state := input.session_state if is_object(input.session_state)
+
+long_session if object.get(session_state, "turns", "0") == "64+"
+
+long_session if object.get(session_state, "tokens", "0") == "1M+"
+
+long_session_checkpoint := object.get(defaults, "long_session_checkpoint", {}) if {
+	long_session
+	not base_session.checkpoint
+}
+
+default session_rules := {}
+
+session_rules := base_session if not long_session_checkpoint
+
+session_rules := object.union(base_session, {"checkpoint": long_session_checkpoint}) if long_session_checkpoint
 
 # --- which model serves the request ----------------------------------------------------
 

@@ -242,6 +242,39 @@ test_a_tenant_narrows_image_hosts_without_private_ones if {
 	d.destinations.image_url.allowed_hosts == ["cdn.example.com"]
 }
 
+test_a_session_gets_the_limits_its_data_gives if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with data.tenants.demo.session as {"max_usd": 5, "max_input_tokens": 100000}
+	d.session == {"max_usd": 5, "max_input_tokens": 100000}
+}
+
+test_a_long_session_is_told_to_summarize if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.session_state as {"turns": "64+", "tokens": "100k-1M", "spend": "$1-$10", "growth": "1k-10k"}
+	d.session == {"checkpoint": {"mode": "advise", "every_turns": 16}}
+}
+
+test_a_short_session_gets_no_checkpoint if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.session_state as {"turns": "8-15", "tokens": "10k-100k", "spend": "<$0.01", "growth": "<1k"}
+	d.session == {}
+}
+
+test_a_checkpoint_in_the_data_is_kept_for_a_long_session if {
+	d := authz.decision with input.tenant as "demo"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.session_state as {"turns": "64+", "tokens": "1M+", "spend": "$10+", "growth": "10k+"}
+		with data.tenants.demo.session as {"checkpoint": {"mode": "compact"}}
+	d.session == {"checkpoint": {"mode": "compact"}}
+}
+
 # --- which model serves the request ----------------------------------------------------
 
 test_an_extraction_workflow_is_served_by_the_economy_alias if {

@@ -118,6 +118,32 @@ SESSION_TURN_TOKENS = MetricSpec(
     (n.MODEL_ALIAS, "tollgate.turn"),
     TURN_TOKEN_BUCKETS,
 )
+GROWTH_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 65536)
+SESSION_GROWTH = MetricSpec(
+    "tollgate.session.input_growth",
+    Kind.HISTOGRAM,
+    "{token}",
+    "Each session turn's average input-token growth per turn of its session so far (the record as "
+    "admission read it), by workflow: how fast context grows, and whether checkpoints hold it.",
+    (n.WORKFLOW,),
+    GROWTH_BUCKETS,
+)
+SESSION_CHECKPOINTS = MetricSpec(
+    "tollgate.session.checkpoints",
+    Kind.COUNTER,
+    "{checkpoint}",
+    "Session checkpoints: advised (x-tollgate-checkpoint: due), summarized (a compact checkpoint "
+    "made), summary_failed (the turn went on uncompacted), compacted (a request sent with a summary).",
+    (n.TENANT, "tollgate.outcome"),
+)
+SESSION_TOP = MetricSpec(
+    "tollgate.session.top",
+    Kind.GAUGE,
+    "",
+    "The sessions with the most tokens (measure=tokens) and the most spend (measure=usd), ten of "
+    "each, from the state store; a session is named by the first 12 hex digits of its key.",
+    (n.TENANT, "tollgate.session", "tollgate.measure"),
+)
 SPEND = MetricSpec(
     "tollgate.spend.usd",
     Kind.COUNTER,
@@ -269,6 +295,8 @@ class Instruments:
         self.attempts: Counter = registry.counter(ATTEMPTS)
         self.session_turn_tokens: Histogram = registry.histogram(SESSION_TURN_TOKENS)
         self.spend: Counter = registry.counter(SPEND)
+        self.session_growth: Histogram = registry.histogram(SESSION_GROWTH)
+        self.session_checkpoints: Counter = registry.counter(SESSION_CHECKPOINTS)
         self.decisions: Counter = registry.counter(DECISIONS)
         self.tool_calls_blocked: Counter = registry.counter(TOOL_CALLS_BLOCKED)
         self.redactions: Counter = registry.counter(REDACTIONS)

@@ -84,6 +84,8 @@ class MetricsRecorder:
         if served is not None and exchange.usage.source is not None:
             self._usage(exchange, served, tenant, operation)
         self._governance(exchange, tenant)
+        if exchange.session is not None:
+            self._session(exchange, tenant, workflow, served is not None)
 
     def _attempts(self, exchange: Exchange, operation: str, completed: float) -> Attempt | None:
         """Records each attempt; returns the one that answered, if any."""
@@ -150,6 +152,20 @@ class MetricsRecorder:
             turn = turn_bucket(exchange.body)
             if turn is not None:
                 m.session_turn_tokens.observe((alias, turn), usage.prompt_tokens)
+
+    def _session(self, exchange: Exchange, tenant: str, workflow: str, served: bool) -> None:
+        m, ticket = self._m, exchange.session
+        assert ticket is not None
+        if served and ticket.record is not None and ticket.record.turns > 1:
+            m.session_growth.observe((workflow,), max(0.0, ticket.record.growth_slope))
+        if ticket.checkpoint is not None:
+            m.session_checkpoints.add((tenant, "summarized"))
+        elif ticket.due:
+            m.session_checkpoints.add((tenant, "advised"))
+        if ticket.summary_failed:
+            m.session_checkpoints.add((tenant, "summary_failed"))
+        if ticket.compacted:
+            m.session_checkpoints.add((tenant, "compacted"))
 
     def _governance(self, exchange: Exchange, tenant: str) -> None:
         m = self._m

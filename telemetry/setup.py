@@ -36,7 +36,7 @@ from telemetry.metrics_service import AsyncSource, MetricsService, OtlpPush
 from telemetry.recorder import MetricsRecorder
 from telemetry.registry import Registry
 from telemetry.request_trace import SpanRecorder
-from telemetry.sources import BudgetReader, circuit_states, drop_counts, policy_queue_states
+from telemetry.sources import BudgetReader, SessionLeaders, circuit_states, drop_counts, policy_queue_states
 from telemetry.span_export import Framing
 from telemetry.span_queue import SpanQueue
 from telemetry.worker_snapshots import WorkerSnapshots
@@ -68,6 +68,7 @@ def build_telemetry(
     metrics_dir: Path | None = None,
     policy_queue: EvaluationQueue | None = None,
     jobs: JobsSource | None = None,
+    sessions: Callable[[], StateStore | None] | None = None,
     live_keys_age: Callable[[], float] | None = None,
     config_edits: Callable[[], Mapping[str, int]] | None = None,
 ) -> Telemetry:
@@ -111,6 +112,8 @@ def build_telemetry(
             limits = budgets.limits
             registry.observed(spec.BUDGET_LIMIT, lambda: limits)
             async_sources.append((spec.BUDGET_USED, budgets.used))
+    if sessions is not None:
+        async_sources.append((spec.SESSION_TOP, SessionLeaders(sessions, config.tenants).top))
     registry.observed(spec.CIRCUIT_STATE, circuit_states(routes))
     if jobs is not None:
         async_sources.extend(measure_jobs(registry, jobs))

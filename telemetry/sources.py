@@ -106,3 +106,30 @@ class BudgetReader:
 
 def _amount(budget: Budget, value: int) -> float:
     return value / 1_000_000 if budget.unit == "usd" else float(value)
+
+
+class SessionLeaders:
+    """The ten sessions with the most tokens and the ten with the most spend, from the store."""
+
+    def __init__(self, store: Callable[[], StateStore | None], tenants: Iterable[str], n: int = 10) -> None:
+        self._store = store
+        self._tenants = tuple(tenants)
+        self._n = n
+
+    async def top(self) -> list[tuple[Labels, float]]:
+        found: list[tuple[Labels, float]] = []
+        store = self._store()
+        if store is None:  # no session request in this worker yet: the embedded file stays unopened
+            return found
+        try:
+            async with asyncio.timeout(_BUDGET_READ_TIMEOUT_S):
+                by_tokens = await store.sessions(self._tenants, "tokens", self._n)
+                by_spend = await store.sessions(self._tenants, "spend", self._n)
+        except (StateStoreUnavailable, TimeoutError):
+            logger.warning("session metrics unavailable: the state store cannot be read")
+            return found
+        found += [
+            ((r.tenant, r.session[:12], "tokens"), float(r.input_tokens + r.output_tokens)) for r in by_tokens
+        ]
+        found += [((r.tenant, r.session[:12], "usd"), r.cost_micros / 1_000_000) for r in by_spend]
+        return found

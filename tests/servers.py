@@ -33,6 +33,9 @@ def gateway_config(upstreams: dict[str, Any], models: dict[str, Any], **override
             {"tenant": "alpha", "hash": hash_key(TEST_KEY), "label": "tests"},
             {"tenant": "beta", "hash": hash_key(OTHER_TENANT_KEY)},
         ],
+        # Off unless a test turns them on (`sessions={"enabled": True, ...}`): without a state
+        # block, session records would go to tollgate-state.db in the working directory.
+        "sessions": {"enabled": False},
     }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):

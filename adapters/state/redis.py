@@ -15,7 +15,7 @@ import re
 from datetime import date, timedelta
 from typing import Any
 
-from adapters.state import redis_lease, redis_scripts
+from adapters.state import redis_lease, redis_scripts, redis_sessions
 from adapters.state.redis_cluster import open_wire
 from adapters.state.redis_wire import ReplyError, Script, unavailable
 from gateway.errors import StateStoreUnavailable
@@ -29,8 +29,15 @@ from gateway.metering.records import (
     SpendRow,
     StoredResponse,
 )
+from gateway.sessions.records import SessionRecord, SessionUpdate
 
 _SAFE_TAG = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_LISTED_PER_TENANT = 1000  # sessions of a tenant ranked for the operators' listing: those seen last
+_SORT_KEYS = {
+    "tokens": lambda r: (r.input_tokens + r.output_tokens, r.session),
+    "spend": lambda r: (r.cost_micros, r.session),
+    "last_seen": lambda r: (r.last_seen_us, r.session),
+}
 _LEDGER_FIELDS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost_micros")
 
 
@@ -50,6 +57,11 @@ class RedisStore:
         self._complete = Script(redis_scripts.COMPLETE_IDEMPOTENCY)
         self._release = Script(redis_scripts.RELEASE_IDEMPOTENCY)
         self._lease = Script(redis_lease.LEASE)
+        prelude = redis_scripts.PRELUDE
+        self._settle_session = Script(redis_sessions.settle_with_session(redis_scripts.SETTLE, prelude))
+        self._update_session = Script(redis_sessions.update_script(prelude))
+        self._get_session = Script(redis_sessions.GET)
+        self._list_sessions = Script(redis_sessions.LIST)
 
     def _base(self, tenant: str) -> str:
         tag = tenant if _SAFE_TAG.match(tenant) else "h" + hashlib.sha256(tenant.encode()).hexdigest()[:24]
@@ -109,7 +121,31 @@ class RedisStore:
             args += (entry.requests, entry.prompt_tokens, entry.cached_tokens)
             args += (entry.completion_tokens, entry.cost_micros)
         args.append(1 if settlement.release else 0)  # last, wherever the rest ends
-        return bool(await self._wire.script(self._settle, tuple(keys), tuple(args)) == 1)
+        script = self._settle
+        if settlement.session is not None:  # taken off again before the settle's own body runs
+            script = self._settle_session
+            session_args = redis_sessions.args(settlement.session)
+            keys += redis_sessions.keys(base, settlement.session.session)
+            args += [*session_args, len(session_args)]
+        return bool(await self._wire.script(script, tuple(keys), tuple(args)) == 1)
+
+    async def session(self, tenant: str, session: str) -> SessionRecord | None:
+        keys = redis_sessions.keys(self._base(tenant), session)[:3]
+        reply = _checked(self._wire.describe, await self._wire.script(self._get_session, keys, ()))
+        return redis_sessions.record(tenant, session, *reply) if reply else None
+
+    async def sessions(self, tenants: tuple[str, ...], sort: str, limit: int) -> list[SessionRecord]:
+        found: list[SessionRecord] = []
+        for tenant in tenants:
+            base = self._base(tenant)
+            reply = await self._wire.script(self._list_sessions, (base + "sx",), (base, _LISTED_PER_TENANT))
+            found += redis_sessions.listed(tenant, _checked(self._wire.describe, reply))
+        found.sort(key=_SORT_KEYS[sort], reverse=True)
+        return found[:limit]
+
+    async def update_session(self, update: SessionUpdate) -> None:
+        keys = redis_sessions.keys(self._base(update.tenant), update.session)
+        await self._wire.script(self._update_session, keys, tuple(redis_sessions.args(update)))
 
     async def lease(self, sync: LeaseSync) -> LeaseGrant:
         keys, args = redis_lease.lease_call(self._base(sync.tenant), sync)

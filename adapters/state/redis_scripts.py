@@ -52,6 +52,8 @@ local function used(key)
 end
 """
 
+PRELUDE = _PRELUDE  # for scripts built on these (redis_sessions.py)
+
 # KEYS: leases, reservation, rate keys (nr), budget counter keys (nb)
 # ARGV: nr, nb, lease_us, reservation prefix, reservation id, then per rate (inc_us, per_minute),
 #       then per budget (amount, limit, hard 0|1, expires_at unix s); integers as decimal text.

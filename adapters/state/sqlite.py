@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from adapters.state import sqlite_lease_tx, sqlite_tx
+from adapters.state import sqlite_lease_tx, sqlite_sessions, sqlite_tx
 from adapters.state.sqlite_checkpoint import BACKSTOP_PAGES, WalCheckpointer
 from gateway.errors import StateStoreUnavailable
 from gateway.metering.lease_records import LeaseGrant, LeaseSync
@@ -46,6 +46,7 @@ from gateway.metering.records import (
     SpendRow,
     StoredResponse,
 )
+from gateway.sessions.records import SessionRecord, SessionUpdate
 
 T = TypeVar("T")
 
@@ -210,6 +211,15 @@ class SQLiteStore:
 
     async def spend(self, tenants: tuple[str, ...], since: str, until: str) -> list[SpendRow]:
         return await self._run(sqlite_tx.spend, tenants, since, until)
+
+    async def session(self, tenant: str, session: str) -> SessionRecord | None:
+        return await self._run(sqlite_sessions.get, tenant, session)
+
+    async def sessions(self, tenants: tuple[str, ...], sort: str, limit: int) -> list[SessionRecord]:
+        return await self._run(sqlite_sessions.listed, tenants, sort, limit)
+
+    async def update_session(self, update: SessionUpdate) -> None:
+        await self._run(sqlite_sessions.apply, update)
 
     async def ping(self) -> None:
         await self._run(_select_one)

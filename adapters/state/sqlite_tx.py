@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 import orjson
 
+from adapters.state import sqlite_sessions
 from gateway.metering.records import (
     WINDOW_US,
     IdempotencyClaim,
@@ -96,6 +97,7 @@ def create_schema(db: sqlite3.Connection) -> None:
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 db.execute(statement)
+        sqlite_sessions.create_schema(db)
         columns = {row[1] for row in db.execute("PRAGMA table_info(reservations)")}
         if "rates" not in columns:  # a file made before reservations recorded their rate charges
             db.execute("ALTER TABLE reservations ADD COLUMN rates BLOB")
@@ -261,6 +263,8 @@ def settle(db: sqlite3.Connection, now_us: int, settlement: Settlement) -> bool:
         "forget_at_us = excluded.forget_at_us, charges = '[]'",
         (settlement.reservation_id, tenant, now_us, now_us + settlement.keep_s * 1_000_000),
     )
+    if settlement.session is not None:
+        sqlite_sessions.apply(db, now_us, settlement.session)
     return True
 
 

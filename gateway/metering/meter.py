@@ -34,6 +34,7 @@ from gateway.metering.records import BudgetCharge, RateCharge, ReserveOutcome, R
 from gateway.metering.ticket import MeterTicket
 from gateway.output_limit import note_output_limit
 from gateway.ports import StateStore
+from gateway.sessions import charges as session_caps
 
 logger = logging.getLogger("tollgate.metering")
 
@@ -56,6 +57,7 @@ class Meter:
         bands: BudgetBands | None = None,
         clock: Callable[[], datetime] = utc_now,
         leases: Leases | None = None,
+        session_idle_s: int = 86_400,
     ) -> None:
         self._store = store
         self._leases = leases
@@ -67,6 +69,7 @@ class Meter:
         self._fail_open = frozenset(state.fail_open_tenants)
         self._bands = bands
         self._clock = clock
+        self._session_idle_s = session_idle_s  # how long a session's cap counters are kept
         self._cached_periods: tuple[date, Periods] | None = None
         # id(plan) -> (the plan, kept so its id stays its own; periods; counters)
         image = metering.image_tokens
@@ -95,7 +98,7 @@ class Meter:
                     return
             # An alias the caller may not use is refused by route, uncharged.
             if (
-                plan.metered
+                (plan.metered or session_caps.capped(exchange))
                 and exchange.model_alias in self._routes
                 and principal.tenant.may_use(exchange.model_alias)
             ):
@@ -122,7 +125,9 @@ class Meter:
         tenant = ticket_tenant(exchange)
         chat = exchange.endpoint is Endpoint.CHAT
         # Tokens matter (budgets or a tokens limit): the output must be bounded and reserved.
-        bounded = bool(plan.budgets) or any(r.unit == "tokens" for r in plan.rates)
+        bounded = (
+            bool(plan.budgets) or any(r.unit == "tokens" for r in plan.rates) or session_caps.capped(exchange)
+        )
         input_tokens = estimate.input_tokens_bound(exchange, self._image_rules(exchange)) if bounded else 0
         choices = _choices(exchange) if chat else 1
         asked = estimate.requested_output(exchange.body) if chat else None
@@ -131,7 +136,8 @@ class Meter:
         per_choice = cap
         request = self._request(ticket, tenant, plan, input_tokens, per_choice * choices, price, exchange)
         leased = None
-        if self._leases is not None:
+        # A session's caps are counters of their own, reserved exactly with the request.
+        if self._leases is not None and not session_caps.capped(exchange):
             counters = self._counters(plan, ticket.periods)
             leased = await self._leases.draw(plan, ticket.periods, counters, request, exchange.deadline)
         if leased is not None:
@@ -144,7 +150,7 @@ class Meter:
         ticket.input_tokens, ticket.output_tokens = input_tokens, per_choice * choices
         exchange.response_headers.update(refusals.rate_headers(plan.rates, outcome.rates))
         if self._bands is not None and exchange.principal is not None:
-            self._bands.observe(exchange.principal, plan.budgets, outcome.used)
+            self._bands.observe(exchange.principal, plan.budgets, outcome.used[: len(plan.budgets)])
         if chat and bounded:
             estimate.bound_output(exchange.body, per_choice)
             if per_choice < cap or (asked is not None and per_choice < asked):
@@ -172,7 +178,7 @@ class Meter:
                     ticket, tenant, plan, input_tokens, per_choice * choices, price, exchange
                 )
             outcome = await self._reserved(ticket, request)
-            if self._leases is not None:
+            if self._leases is not None and not session_caps.capped(exchange):
                 self._leases.observe(plan, ticket.periods, request, outcome)
             if outcome.admitted:
                 return outcome, request, per_choice
@@ -180,7 +186,11 @@ class Meter:
             if any(state.retry_after_s > 0 for state in outcome.rates):
                 exchange.response_headers.update(headers)
                 raise refusals.rate_limited(tenant, plan.rates, outcome.rates, headers)
-            fits = self._fitting_output(plan, outcome.used, input_tokens, price) // choices
+            n = len(plan.budgets)  # the session's caps follow the plan's budgets
+            session_refusal = session_caps.refusal(request.budgets[n:], outcome.used[n:])
+            if session_refusal is not None:
+                raise session_refusal
+            fits = self._fitting_output(plan, outcome.used[:n], input_tokens, price) // choices
             if fits < min(self._metering.min_max_tokens, cap):  # cap is 0 for embeddings: the input must fit
                 exchange.response_headers.update(headers)
                 raise self._quota_exceeded(tenant, plan, outcome.used, request)
@@ -238,7 +248,7 @@ class Meter:
             for b, (counter, expires_at) in zip(
                 plan.budgets, self._counters(plan, ticket.periods), strict=True
             )
-        )
+        ) + session_caps.session_charges(exchange, tokens, usd, self._session_idle_s)
         rates = []
         for limit in plan.rates:
             cost = 1 if limit.unit == "requests" else input_tokens + output_tokens

@@ -1,8 +1,8 @@
 """Metering's parts, built from config around one state store, for the composition root.
 
 Metering is on when the config has a `state` or a `live_keys` block, or when any tenant or
-key has budgets or rate limits (then on the embedded SQLite store). With it on, every request's spend goes
-to the ledger, metered or not.
+key has budgets, rate limits or session caps (then on the embedded SQLite store). With it on,
+every request's spend goes to the ledger, metered or not.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from gateway.metering.plan import MeterPlans
 from gateway.metering.prices import PriceBook
 from gateway.metering.settle import Settle
 from gateway.ports import StateStore
+from gateway.sessions.settings import SessionSettings
 
 
 def state_config(config: GatewayConfig) -> StateConfig | None:
@@ -28,7 +29,16 @@ def state_config(config: GatewayConfig) -> StateConfig | None:
         return config.state
     if config.live_keys is not None:  # live keys live in the state store, and may carry budgets
         return StateConfig()
-    return StateConfig() if MeterPlans(config).any_metered else None
+    return StateConfig() if MeterPlans(config).any_metered or _session_caps(config) else None
+
+
+def _session_caps(config: GatewayConfig) -> bool:
+    """Whether the config caps sessions' tokens or dollars, which are reserved like budgets."""
+    if not config.sessions.enabled:
+        return False
+    limits = [config.sessions.limits, *(t.sessions.limits for t in config.tenants.values())]
+    limits += [k.session_limits for k in config.keys if k.session_limits is not None]
+    return any(lim.max_tokens is not None or lim.max_usd is not None for lim in limits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +69,15 @@ def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore)
     return MeteringParts(
         store=store,
         meter=meter,
-        settle=Settle(store, prices, config.metering, state, leases),
+        # Session records ride on the settle (gateway/sessions/update.py).
+        settle=Settle(
+            store,
+            prices,
+            config.metering,
+            state,
+            leases,
+            SessionSettings(config) if config.sessions.enabled else None,
+        ),
         bands=bands,
         admin=admin,
         leases=leases,
@@ -77,5 +95,8 @@ def _planned(
         for alias, candidates in config.models.items()
     }
     admin = SpendAdmin(store, config.admin.tokens, list(config.tenants)) if config.admin is not None else None
-    meter = Meter(store, plans, prices, routes, config.metering, state, bands, leases=leases)
+    idle_s = config.sessions.idle_ttl_s  # a session's cap counters are kept as long as its record
+    meter = Meter(
+        store, plans, prices, routes, config.metering, state, bands, leases=leases, session_idle_s=idle_s
+    )
     return meter, bands, admin

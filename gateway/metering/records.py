@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from gateway.sessions.records import SessionUpdate
+
 WINDOW_US = 60_000_000
 """The rate-limit window: limits are per minute."""
 
@@ -106,6 +108,8 @@ class Settlement:
     # The request was refused after its reserve went unanswered: should the store have
     # applied that reserve, what it took from the rate limits is given back too.
     release: bool = False
+    # The request's session record update, applied with the settle (and only when it applies).
+    session: SessionUpdate | None = None
 
 
 @dataclass(frozen=True, slots=True)

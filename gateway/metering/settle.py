@@ -28,6 +28,10 @@ from gateway.metering.records import LedgerEntry, RateCharge, Settlement
 from gateway.metering.settle_retries import SettleRetries
 from gateway.metering.ticket import MeterTicket
 from gateway.ports import StateStore
+from gateway.sessions import charges as session_caps
+from gateway.sessions.records import SessionUpdate
+from gateway.sessions.settings import SessionSettings
+from gateway.sessions.update import session_update
 
 logger = logging.getLogger("tollgate.metering")
 
@@ -42,8 +46,10 @@ class Settle:
         metering: MeteringConfig,
         state: StateConfig,
         leases: Leases | None = None,
+        sessions: SessionSettings | None = None,
     ) -> None:
         self._store = store
+        self._sessions = sessions
         self._prices = prices
         self._idempotency_ttl_s = metering.idempotency_ttl_s
         self._keep_s = state.settled_keep_s
@@ -61,6 +67,9 @@ class Settle:
         if ticket.lease is not None and self._leases is not None:
             # Admitted against this worker's lease: the settlement goes in its next batch.
             self._leases.settled(ticket.lease, settlement, _tokens(exchange))
+            if settlement is not None and settlement.session is not None:
+                # A lease's batch carries no session parts: the record takes its turn at once.
+                await self._update_session(settlement.session, exchange.request_id)
             return
         if settlement is None:
             return
@@ -90,15 +99,16 @@ class Settle:
         periods = ticket.periods
         tokens = prompt + completion
         # The counters reserved on (the plan's budgets, in order), else those of the periods.
+        n = len(ticket.plan.budgets)  # a session's caps follow the plan's budgets (sessions/charges.py)
         counters = (
-            [(c.counter, c.expires_at) for c in ticket.budgets]
+            [(c.counter, c.expires_at) for c in ticket.budgets[:n]]
             if ticket.budgets
             else [(b.counter(periods), b.expires_at(periods)) for b in ticket.plan.budgets]
         )
         spent = tuple(
             (counter, cost if b.unit == "usd" else tokens, expires_at)
             for b, (counter, expires_at) in zip(ticket.plan.budgets, counters, strict=True)
-        )
+        ) + session_caps.spent(ticket.budgets[n:], tokens, cost)
         refunds = tuple(
             RateCharge(charge.counter, charge.cost - (prompt + completion), charge.per_minute)
             for limit, charge in zip(ticket.plan.rates, ticket.rates, strict=False)
@@ -122,7 +132,22 @@ class Settle:
         # Refused for want of the store's answer: should the reserve be applied after all,
         # the request takes nothing from the rate limits either.
         release = ticket.reserve_unanswered and not ticket.reserved and served is None
-        return Settlement(tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s, release)
+        session = None
+        if self._sessions is not None and exchange.session is not None:
+            session = session_update(exchange, self._sessions, prompt, cached, completion, cost)
+            exchange.session.recorded = True
+        return Settlement(
+            tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s, release, session=session
+        )
+
+    async def _update_session(self, update: SessionUpdate, request_id: str) -> None:
+        try:
+            await self._store.update_session(update)
+        except StateStoreUnavailable:
+            logger.warning(
+                "session record not updated: the state store is unavailable",
+                extra={"request_id": request_id, "tenant": update.tenant},
+            )
 
     async def aclose(self) -> None:
         """Give the leases back with their last batches; stop the retries, giving each

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gateway.sessions.rules import NO_RULES, SessionRules, parse_session_rules
+
 ToolViolation = Literal["strip", "reject"]
 RedactMode = Literal["off", "mask", "tokenize", "block"]
 
@@ -89,6 +91,7 @@ class Decision:
     redact: RedactRules = RedactRules()
     route: RouteRules = RouteRules()
     limits: Limits = Limits()
+    session: SessionRules = NO_RULES
 
     @classmethod
     def deny(cls, reason: str) -> Decision:
@@ -113,7 +116,15 @@ def parse_decision(value: Any) -> Decision:
         redact=_redact(value.get("redact", {})),
         route=_route(value.get("route", {})),
         limits=_limits(value.get("limits", {})),
+        session=_session(value.get("session", {})),
     )
+
+
+def _session(value: Any) -> SessionRules:
+    try:
+        return parse_session_rules(value)
+    except ValueError as exc:
+        raise MalformedDecision(str(exc)) from None
 
 
 def _tools(value: Any) -> ToolRules:

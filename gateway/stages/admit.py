@@ -51,6 +51,10 @@ def _session_key(exchange: Exchange, principal: Principal) -> str | None:
     for name in _SESSION_HEADERS:
         value = exchange.headers.get(name)
         if value:
-            scoped = f"{principal.tenant.name}\x00{value}".encode()
-            return hashlib.sha256(scoped).hexdigest()[:32]
+            return scoped_session_key(principal.tenant.name, value)
     return None
+
+
+def scoped_session_key(tenant: str, session_id: str) -> str:
+    """The key a tenant's session id is known by everywhere: upstream, stores, logs."""
+    return hashlib.sha256(f"{tenant}\x00{session_id}".encode()).hexdigest()[:32]

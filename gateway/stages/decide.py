@@ -190,6 +190,8 @@ def _record(
         "latency_ms": latency_ms,
         "cached": outcome.cached,
         "engine": engine,
+        "session_key": exchange.session_key,  # the client's session (hashed), or the summarized one
+        "workflow": exchange.workflow,
     }
 
 

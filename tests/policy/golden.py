@@ -45,6 +45,7 @@ def input_doc(**overrides: Any) -> dict[str, Any]:
         "messages": "1",
         "prompt_tokens": "<1k",
         "session": False,
+        "session_state": {"turns": "0", "tokens": "0", "spend": "0", "growth": "0"},
         "budget": "ok",
         "data_class": None,
         "workflow": "default",
@@ -65,6 +66,7 @@ def allowed(**overrides: Any) -> dict[str, Any]:
         "redact": DEMO_REDACT,
         "route": {"upstreams": ["local"]},
         "limits": LIMITS,
+        "session": {},
     }
     decision.update(overrides)
     return decision
@@ -94,6 +96,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "redact": NO_REDACT,
             "route": {"upstreams": ["local"]},
             "limits": LIMITS,
+            "session": {},
         },
     ),
     (
@@ -146,6 +149,13 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         "a soft-exceeded budget leaves critical work on its model",
         input_doc(budget="soft_exceeded", priority="critical"),
         allowed(limits={**LIMITS, "max_tokens": 1024}),
+    ),
+    (
+        "a long session is told to summarize",
+        input_doc(
+            session=True, session_state={"turns": "64+", "tokens": "1M+", "spend": "$10+", "growth": "10k+"}
+        ),
+        allowed(session={"checkpoint": {"mode": "advise", "every_turns": 16}}),
     ),
     (
         "the extraction workflow is served by the economy class",

@@ -83,6 +83,7 @@ def test_a_chat_request_becomes_its_facts() -> None:
         "messages": "4-7",
         "prompt_tokens": "1k-4k",
         "session": True,
+        "session_state": {"turns": "0", "tokens": "0", "spend": "0", "growth": "0"},
         "budget": "ok",
         "data_class": "confidential",
         "workflow": "extraction",

@@ -19,7 +19,7 @@ _MATCHERS = re.compile(r"\{[^}]*\}")
 _IDENTIFIER = re.compile(r"\b[a-zA-Z_:][a-zA-Z0-9_:]*\b")
 _PROMQL_WORDS = frozenset(
     {"sum", "max", "min", "avg", "count", "rate", "increase", "irate", "histogram_quantile", "timestamp"}
-    | {"by", "without", "on", "ignoring", "group_left", "group_right"}
+    | {"topk", "by", "without", "on", "ignoring", "group_left", "group_right"}
     | {"and", "or", "unless", "bool", "offset"}
 )
 

@@ -1,0 +1,357 @@
+"""What sessions cost, and what compaction saves.
+
+    python -m bench.sessions [--quick] [--no-gateway] [--no-doc] [--rounds N]
+
+- bookkeeping: one session request's own work in this process: the session stages (the
+  record read through the worker's cache, limits and checkpoint settings settled), the
+  record's update built at settle, and the settle sent with the update riding on it, against
+  the same settle without it (Redis and SQLite; CPU of this process per request).
+- gateway: wrk c64 against one gateway (2 workers) running the whole pipeline (Redis
+  metering with a budget, the shipped policy, redaction masking both ways, the decision log,
+  metrics), every request naming one of 64 sessions, with `sessions.enabled` false and true;
+  rounds alternate, medians.
+- compaction: a 40-turn session on the simulator (the client re-sends its whole history),
+  without and with compact checkpoints every 8 turns: the upstream's input tokens per turn and
+  the simulator's prefix cache hit ratio (cached / prompt tokens over every request it served,
+  summaries included), with a prefix cache that holds the whole history (4,096 blocks) and with
+  one that does not (64 blocks of 16 tokens, as a replica shared by many sessions).
+
+Results go to bench/results/sessions-*.json and the "Sessions" section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import functools
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from adapters.state.redis import RedisStore
+from adapters.state.sqlite import SQLiteStore
+from bench import harness as spine
+from bench.metering import REDIS_URL, gateway_config, policy_dir
+from gateway.config import GatewayConfig
+from gateway.exchange import Attempt, Endpoint, Exchange, Principal, Tenant
+from gateway.keys import generate_key, hash_key
+from gateway.metering.records import Settlement
+from gateway.ports import StateStore
+from gateway.redaction.settings import scrubber_for
+from gateway.sessions.settings import SessionSettings
+from gateway.sessions.stages import SessionCheck, SessionOpen
+from gateway.sessions.store_access import SessionStore
+from gateway.sessions.summarizer import Summarizer
+from gateway.sessions.update import session_update
+from simulator import SimConfig, Simulator
+from tests.harness import openai_upstream
+from tests.servers import UPSTREAM_KEY, running_gateway
+from tests.servers import gateway_config as test_gateway_config
+
+TARGET_CPU_MS = 0.03
+TARGET_THROUGHPUT_LOSS = 0.05
+TURNS, EVERY = 40, 8
+
+SESSION_WRK_SCRIPT = (
+    spine.WRK_SCRIPT
+    + """
+local sent = 0
+request = function()
+  sent = sent + 1
+  wrk.headers["X-Session-Id"] = "bench-session-" .. (sent % 64)
+  return wrk.format()
+end
+"""
+)
+
+
+def _config() -> GatewayConfig:
+    return GatewayConfig.model_validate(
+        {
+            "upstreams": {"u": {"kind": "openai_compat", "base_url": "http://127.0.0.1:9/v1"}},
+            "models": {"chat": [{"upstream": "u", "model": "m"}]},
+            "tenants": {"acme": {}},
+        }
+    )
+
+
+async def bookkeeping(store: StateStore, n: int) -> dict[str, float]:
+    config = _config()
+    settings = SessionSettings(config)
+    sessions = SessionStore(lambda: store, ttl_s=3600)
+    opened = SessionOpen(sessions)
+    check = SessionCheck(settings, sessions, Summarizer(str), scrubber_for(config), metered=True)
+    principal = Principal(Tenant("acme"), "k-bench")
+    tenant = f"bench-{uuid.uuid4().hex[:8]}"
+
+    def exchange() -> Exchange:
+        ex = Exchange("req", Endpoint.CHAT, 0.0, 1e12, {"x-workflow": "bench"}, b"")
+        ex.principal, ex.session_key, ex.model_alias = principal, "0123456789abcdef0123456789abcdef", "chat"
+        ex.body = {"model": "chat", "messages": [{"role": "user", "content": "hello"}]}
+        ex.attempts = [Attempt("u", "m", 0.0, status=200)]
+        ex.decision_id = "d" * 32
+        return ex
+
+    def settlement(ex: Exchange | None) -> Settlement:
+        update = session_update(ex, settings, 100, 60, 40, 300) if ex is not None else None
+        if update is not None:
+            update = dataclasses.replace(update, tenant=tenant)
+        return Settlement(tenant, uuid.uuid4().hex, (), (), None, 900, session=update)
+
+    async def stages_only() -> None:
+        ex = exchange()
+        await opened(ex)
+        await check(ex)
+        session_update(ex, settings, 100, 60, 40, 300)
+
+    for _ in range(200):
+        await stages_only()
+        await store.settle(settlement(exchange()))
+        await store.settle(settlement(None))
+
+    async def cpu_per(call: Any) -> float:
+        started = time.process_time()
+        for _ in range(n):
+            await call()
+        return 1000 * (time.process_time() - started) / n
+
+    stage_ms = await cpu_per(stages_only)
+    # The two settles alternate in blocks, so the machine's load falls on both alike.
+    plain: list[float] = []
+    ridden: list[float] = []
+    for _ in range(10):
+        plain.append(await cpu_per(lambda: store.settle(settlement(None))))
+        ridden.append(await cpu_per(lambda: store.settle(settlement(exchange()))))
+    return {
+        "stages_cpu_ms": stage_ms,
+        "settle_cpu_ms": statistics.median(plain),
+        "settle_with_session_cpu_ms": statistics.median(ridden),
+    }
+
+
+async def all_bookkeeping(n: int) -> dict[str, Any]:
+    prefix = f"tgbench-{uuid.uuid4().hex[:8]}"
+    results: dict[str, Any] = {}
+    store: StateStore = RedisStore(REDIS_URL, prefix)
+    try:
+        results["redis"] = await bookkeeping(store, n)
+    finally:
+        await store.aclose()
+        _delete(prefix)
+    with tempfile.TemporaryDirectory(prefix="tollgate-bench-sessions-") as tmp:
+        store = SQLiteStore(Path(tmp) / "state.db")
+        try:
+            results["sqlite"] = await bookkeeping(store, n // 2)
+        finally:
+            await store.aclose()
+    return results
+
+
+def _delete(prefix: str) -> None:
+    client = redis.Redis.from_url(REDIS_URL)
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def gateway_figures(rounds: int, seconds: float) -> dict[str, Any]:
+    procs = spine.Processes()
+    tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-sessions-"))
+    key = generate_key()
+    prefix = f"tgbench-{uuid.uuid4().hex[:8]}"
+    state = {"store": "redis", "redis_url": REDIS_URL, "key_prefix": prefix}
+    policy = policy_dir(tmp)
+
+    def start(enabled: bool, stack: spine.Stack) -> None:
+        def config(port: int) -> dict[str, Any]:
+            data = gateway_config(stack, port, hash_key(key), state, policy)
+            return {**data, "sessions": {"enabled": enabled}}
+
+        spine.serve_gateway(stack, f"sessions-{enabled}", config)
+
+    try:
+        stack = spine.start_stack(procs, tmp, "auto", 1)
+        stack = dataclasses.replace(stack, api_key=key)
+        script = tmp / "sessions.lua"
+        script.write_text(SESSION_WRK_SCRIPT.format(body=spine.CHAT_BODY, key=key))
+        starts = {
+            "off": functools.partial(start, False, stack),
+            "on": functools.partial(start, True, stack),
+        }
+        return spine.alternating_gateways(stack, starts, script, rounds, seconds)
+    finally:
+        procs.stop_all()
+        _delete(prefix)
+
+
+def compaction(cache_blocks: int, compact: bool) -> dict[str, Any]:
+    system = {"role": "system", "content": "You are a careful assistant. " * 8}
+    with (
+        tempfile.TemporaryDirectory(prefix="tollgate-bench-compact-") as tmp,
+        Simulator.start_in_thread(SimConfig(api_key=UPSTREAM_KEY, cache_blocks=cache_blocks)) as sim,
+    ):
+        checkpoints = {"mode": "compact", "every_turns": EVERY, "summarizer": "cheap"} if compact else {}
+        config = test_gateway_config(
+            upstreams={"local": openai_upstream(sim.openai_base_url(0))},
+            models={
+                "chat": [{"upstream": "local", "model": "sim-model"}],
+                "cheap": [{"upstream": "local", "model": "sim-model"}],
+            },
+            state={"sqlite_path": str(Path(tmp) / "state.db")},
+            sessions={"enabled": True, "checkpoints": checkpoints},
+        )
+        inputs: list[int] = []
+        with running_gateway(config) as gateway, httpx.Client(base_url=gateway.url, timeout=30) as client:
+            history: list[Any] = [system]
+            headers = {"authorization": "Bearer tg-test-key-alpha", "x-session-id": uuid.uuid4().hex}
+            for n in range(TURNS):
+                history.append(
+                    {"role": "user", "content": f"Question {n}: " + "tell me more about this " * 6}
+                )
+                answer = client.post(
+                    "/v1/chat/completions", json={"model": "chat", "messages": history}, headers=headers
+                ).json()
+                history.append(answer["choices"][0]["message"])
+                inputs.append(answer["usage"]["prompt_tokens"])
+        [stats] = sim.replica_stats()
+        summaries = sum(1 for r in sim.requests if r.body["messages"][-1]["content"].startswith("Summarize"))
+    return {
+        "inputs": inputs,
+        "ratio": stats["cached_tokens"] / stats["prompt_tokens"],
+        "upstream_prompt_tokens": stats["prompt_tokens"],
+        "summaries": summaries,
+    }
+
+
+def section(meta: dict[str, Any], b: dict[str, Any], g: dict[str, Any] | None, c: dict[str, Any]) -> str:
+    r, q = b["redis"], b["sqlite"]
+    extra_r = r["settle_with_session_cpu_ms"] - r["settle_cpu_ms"]
+    extra_q = q["settle_with_session_cpu_ms"] - q["settle_cpu_ms"]
+    lines = [
+        "## Sessions",
+        "",
+        f"- Command: `python -m bench.sessions{meta['args']}` · {meta['date']} · git {meta['git']}",
+        "- Machine: a 2-core VM shared with other engineers' builds and tests while it ran (busy, noisy):",
+        "  compare the rows of one run with each other, not with other sections.",
+        "",
+        "| session bookkeeping, CPU of the gateway process per request | Redis | SQLite | target | met |",
+        "|---|---|---|---|---|",
+        f"| session stages (cached record read, limits, checkpoint settings) + the update built "
+        f"| {r['stages_cpu_ms']:.4f} ms | {q['stages_cpu_ms']:.4f} ms | | |",
+        f"| settle, without the session update | {r['settle_cpu_ms']:.4f} ms "
+        f"| {q['settle_cpu_ms']:.4f} ms | | |",
+        f"| settle, with the session update riding on it | {r['settle_with_session_cpu_ms']:.4f} ms "
+        f"| {q['settle_with_session_cpu_ms']:.4f} ms | | |",
+        f"| added by sessions: stages + update + the settle's difference "
+        f"| {r['stages_cpu_ms'] + extra_r:.4f} ms | {q['stages_cpu_ms'] + extra_q:.4f} ms "
+        f"| <= {TARGET_CPU_MS} ms | {spine.met(r['stages_cpu_ms'] + extra_r <= TARGET_CPU_MS)} (Redis) |",
+    ]
+    if g is not None:
+        rps, cpu = g["rps"], g["cpu_ms_per_request"]
+        loss = 1 - rps["on"] / rps["off"]
+        lines += [
+            "",
+            f"The whole pipeline (2 workers, Redis metering with a budget, the shipped policy, redaction "
+            f"both ways, the decision log, metrics; upstream {g['upstream']}), wrk c64, every request "
+            "naming one of 64 sessions:",
+            "",
+            "| sessions | RPS at c64 | gateway CPU per request |",
+            "|---|---|---|",
+            f"| off | {rps['off']:,.0f} | {cpu['off']:.3f} ms |",
+            f"| on | {rps['on']:,.0f} | {cpu['on']:.3f} ms |",
+            "",
+            f"Throughput lost to sessions: {100 * loss:.1f} % "
+            f"(target <= {100 * TARGET_THROUGHPUT_LOSS:.0f} %: "
+            f"{_verdict(g, loss)}); gateway CPU per request {cpu['on'] / cpu['off']:.2f}x. Rounds: off "
+            f"{_rounds(g, 'off')}, on {_rounds(g, 'on')} RPS. When rounds scatter more than the difference, "
+            "the machine's load swamped the cost of sessions: the per-request CPU figures above "
+            "are the measure.",
+            "",
+            f"Taking gateway CPU per request as the measure (a CPU-bound gateway's throughput is its "
+            f"inverse), sessions cost {100 * (1 - cpu['off'] / cpu['on']):.1f} % of the whole pipeline's "
+            f"throughput (target <= {100 * TARGET_THROUGHPUT_LOSS:.0f} %: "
+            f"{spine.met(1 - cpu['off'] / cpu['on'] <= TARGET_THROUGHPUT_LOSS)}).",
+        ]
+    lines += [
+        "",
+        f"A {TURNS}-turn session on the simulator, the client re-sending its whole history; compact "
+        f"checkpoints every {EVERY} turns (summaries by an alias on the same simulator):",
+        "",
+        "| prefix cache | compaction | upstream input tokens at turns 1 / 10 / 20 / 30 / 40 | max | "
+        "all turns' input | summaries | cache hit ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, run in c.items():
+        blocks, mode = name.split("/")
+        inputs = run["inputs"]
+        picks = " / ".join(str(inputs[i]) for i in (0, 9, 19, 29, 39))
+        lines.append(
+            f"| {blocks} blocks | {mode} | {picks} | {max(inputs)} | {sum(inputs):,} | {run['summaries']} "
+            f"| {run['ratio']:.3f} |"
+        )
+    big_off, big_on = c["4096/off"], c["4096/on"]
+    small_off, small_on = c["64/off"], c["64/on"]
+    lines += [
+        "",
+        f"Compaction cuts the input the upstream gets over the session from {sum(big_off['inputs']):,} "
+        f"to {sum(big_on['inputs']):,} tokens and bounds it per turn ({max(big_on['inputs'])} at most, "
+        f"against {max(big_off['inputs'])} and growing). Its effect on the prefix cache depends on the "
+        "cache: one that holds the whole history hits less with compaction "
+        f"({big_off['ratio']:.2f} -> {big_on['ratio']:.2f}: "
+        "the prompts are shorter, so each turn's new text is a larger share of them, and each checkpoint's "
+        "new summary text is a miss), while one that cannot hold it (a replica shared by many sessions) "
+        f"evicts the uncompacted session's own prefix as it grows ({small_off['ratio']:.2f}) and keeps the "
+        f"compacted one's, whose stable prefix (system, summary) stays small ({small_on['ratio']:.2f}).",
+    ]
+    return "\n".join(lines)
+
+
+def _verdict(g: dict[str, Any], loss: float) -> str:
+    """met, not met, or inconclusive when the rounds of either side scatter more than the loss."""
+    spread = max(max(v) / min(v) - 1 for v in g["runs"].values())
+    if spread > abs(loss) and spread > TARGET_THROUGHPUT_LOSS:
+        return f"inconclusive on this machine, rounds scatter by {100 * spread:.0f} %"
+    return spine.met(loss <= TARGET_THROUGHPUT_LOSS)
+
+
+def _rounds(g: dict[str, Any], name: str) -> str:
+    return ", ".join(f"{v:,.0f}" for v in g["runs"][name])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.sessions")
+    parser.add_argument("--quick", action="store_true", help="fewer requests, 1 round of 5 s")
+    parser.add_argument("--no-gateway", action="store_true", help="no wrk runs")
+    parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument("--rounds", type=int, default=3, help="gateway rounds (each: off, then on)")
+    args = parser.parse_args(argv)
+    books = asyncio.run(all_bookkeeping(200 if args.quick else 500))
+    runs = {
+        f"{blocks}/{'on' if on else 'off'}": compaction(blocks, on)
+        for blocks in (4096, 64)
+        for on in (False, True)
+    }
+    rounds = 1 if args.quick else args.rounds
+    gateway = None if args.no_gateway else gateway_figures(rounds, 5 if args.quick else 10)
+    meta = spine.run_meta(argv)
+    spine.save_results(
+        "sessions", {"meta": meta, "bookkeeping": books, "gateway": gateway, "compaction": runs}
+    )
+    markdown = section(meta, books, gateway, runs)
+    print(markdown)
+    if not args.no_doc:
+        spine.update_doc("sessions", markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

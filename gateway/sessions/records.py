@@ -1,0 +1,88 @@
+"""What the core and a state store exchange about sessions (the `StateStore` port).
+
+A session is named by its key: the client's `x-session-affinity` / `x-session-id`, scoped to
+its tenant and hashed (gateway/stages/admit.py); the raw id is never stored. Money is integer
+micro-dollars, times are the store's clock in unix microseconds, as for budgets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A summary that stands for the first `messages` messages of the conversation.
+
+    `digest` is the SHA-256 of exactly those messages (canonical JSON), so the summary is put
+    in their place only in a request that re-sends the very same prefix. `summary` is stored
+    redacted, as everything persisted is.
+    """
+
+    turn: int  # the session's turn at which it was made
+    messages: int  # how many leading messages it replaces
+    digest: str
+    summary: str
+    tokens_before: int  # estimated tokens of the messages it replaces
+    tokens_after: int  # estimated tokens of the summary
+
+
+@dataclass(frozen=True, slots=True)
+class SessionUpdate:
+    """What one request adds to its session record, applied atomically by the store: on the
+    settle that already happens (`Settlement.session`), or alone (`StateStore.update_session`)."""
+
+    tenant: str
+    session: str  # the session key (hashed, tenant-scoped)
+    turn: int  # 1 when an upstream served the request, else 0
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    cost_micros: int
+    model: str  # the client's model alias ("" when nothing was served)
+    upstream: str
+    replica: int
+    workflow: str  # "" keeps the one recorded
+    decision_id: str  # "" when no policy decided
+    max_decisions: int  # the record keeps this many decision ids, newest last, and counts the rest
+    idle_s: int  # the record expires this long after its last update
+    due: str = ""  # why a checkpoint is due now ("" when none is)
+    checkpoint: Checkpoint | None = None  # a checkpoint made by this request, appended
+    max_checkpoints: int = 8  # older checkpoints are dropped past this many
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    tenant: str
+    session: str
+    first_seen_us: int
+    last_seen_us: int
+    turns: int
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    cost_micros: int
+    first_input: int  # input tokens of the first turn
+    last_input: int  # input tokens of the last turn
+    last_growth: int  # last_input minus the turn before's
+    model: str
+    upstream: str
+    replica: int
+    workflow: str
+    decision_ids: tuple[str, ...]  # newest last; at most the configured number
+    decisions_dropped: int  # older decision ids no longer listed here (still in the decision log)
+    due: str  # why the last checkpoint was due ("" never)
+    due_turn: int
+    checkpoints: tuple[Checkpoint, ...]  # oldest first
+
+    @property
+    def growth_slope(self) -> float:
+        """Average input-token growth per turn, first turn to last."""
+        return (self.last_input - self.first_input) / (self.turns - 1) if self.turns > 1 else 0.0
+
+    @property
+    def cache_hit_ratio(self) -> float:
+        return self.cached_tokens / self.input_tokens if self.input_tokens else 0.0
+
+
+SESSION_SORTS = ("tokens", "spend", "last_seen")

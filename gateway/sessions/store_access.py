@@ -1,0 +1,88 @@
+"""Reading session records for admission: through a short per-worker cache, from the store
+sessions use (metering's, else the embedded SQLite store opened on first use)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from gateway.errors import StateStoreUnavailable
+from gateway.ports import StateStore
+from gateway.sessions.records import Checkpoint, SessionRecord
+
+logger = logging.getLogger("tollgate.sessions")
+
+_MAX_ENTRIES = 10_000  # records cached per worker; the oldest entry goes first
+_MAX_MADE = 4  # checkpoints this worker made, remembered per session until the record shows them
+
+
+class SessionStore:
+    """The store of session records, opened once, and a worker's cache of what it read.
+
+    A record read is reused for `ttl_s` (`sessions.cache_s`): the policy's bands and the
+    turn count of advise checkpoints may be that stale. Hard caps never use it: they are
+    reserved in the store with the request's budgets. Checkpoints this worker made are kept
+    beside the cache, since the settle that records them may land after the next turn arrives.
+    """
+
+    def __init__(
+        self,
+        open_store: Callable[[], StateStore],
+        ttl_s: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._open_store = open_store
+        self._store: StateStore | None = None
+        self._opening = asyncio.Lock()
+        self._ttl_s = ttl_s
+        self._monotonic = monotonic
+        self._cache: dict[tuple[str, str], tuple[float, SessionRecord | None]] = {}
+        self._made: dict[tuple[str, str], list[Checkpoint]] = {}
+
+    async def store(self) -> StateStore:
+        if self._store is None:
+            async with self._opening:
+                if self._store is None:
+                    self._store = self._open_store()
+        return self._store
+
+    def opened(self) -> StateStore | None:
+        """The store, once something opened it (a scrape never opens the embedded file)."""
+        return self._store
+
+    async def record(self, tenant: str, session: str, fresh: bool = False) -> SessionRecord | None:
+        """The record (None when there is none, or the store cannot be read: logged)."""
+        key = (tenant, session)
+        now = self._monotonic()
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] > now and not fresh:
+            return cached[1]
+        try:
+            record = await (await self.store()).session(tenant, session)
+        except StateStoreUnavailable:
+            logger.warning("session record unavailable: the state store cannot be read")
+            return cached[1] if cached is not None else None
+        if len(self._cache) >= _MAX_ENTRIES:
+            del self._cache[next(iter(self._cache))]
+        self._cache[key] = (now + self._ttl_s, record)
+        return record
+
+    def checkpoints(self, tenant: str, session: str, record: SessionRecord | None) -> list[Checkpoint]:
+        """The session's checkpoints: the record's, and those this worker made since."""
+        known = list(record.checkpoints) if record is not None else []
+        made = self._made.get((tenant, session))
+        if made:
+            digests = {c.digest for c in known}
+            known += [c for c in made if c.digest not in digests]
+        return known
+
+    def made(self, tenant: str, session: str, checkpoint: Checkpoint) -> None:
+        if len(self._made) >= _MAX_ENTRIES:
+            del self._made[next(iter(self._made))]
+        self._made[(tenant, session)] = [*self._made.get((tenant, session), []), checkpoint][-_MAX_MADE:]
+
+    async def aclose(self, owned: bool) -> None:
+        if owned and self._store is not None:
+            await self._store.aclose()

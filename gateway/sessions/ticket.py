@@ -1,0 +1,21 @@
+"""A request's part in its session, carried on the Exchange (`exchange.session`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.sessions.records import Checkpoint, SessionRecord
+from gateway.sessions.rules import NO_LIMITS, SessionLimits
+
+
+@dataclass(slots=True)
+class SessionTicket:
+    key: str  # the session key: the client's id, tenant-scoped and hashed
+    workflow: str  # the x-workflow label ("" when none)
+    record: SessionRecord | None  # as read at admission (at most `sessions.cache_s` old)
+    limits: SessionLimits = NO_LIMITS  # set once the decision is known
+    due: str = ""  # why a checkpoint is due with this request
+    checkpoint: Checkpoint | None = None  # made by this request (compact mode)
+    summary_failed: bool = False  # compact: the summarizer gave no summary (the turn went on uncompacted)
+    compacted: int = 0  # leading messages this request had replaced by a summary
+    recorded: bool = False  # the settle carries the record's update (else the recorder writes it)

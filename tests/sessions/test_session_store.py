@@ -1,0 +1,137 @@
+"""The session part of the StateStore contract, run against every adapter: a record updated
+by the settle that carries it (once, however often the settle is repeated) or alone."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from gateway.metering.records import Settlement
+from gateway.ports import StateStore
+from gateway.sessions.records import Checkpoint, SessionUpdate
+
+
+def update(session: str = "s1", tenant: str = "acme", **changes: object) -> SessionUpdate:
+    fields: dict[str, object] = {
+        "tenant": tenant,
+        "session": session,
+        "turn": 1,
+        "input_tokens": 100,
+        "cached_tokens": 40,
+        "output_tokens": 10,
+        "cost_micros": 500,
+        "model": "chat",
+        "upstream": "local",
+        "replica": 1,
+        "workflow": "triage",
+        "decision_id": uuid.uuid4().hex,
+        "max_decisions": 3,
+        "idle_s": 600,
+    }
+    fields.update(changes)
+    return SessionUpdate(**fields)  # type: ignore[arg-type]
+
+
+def settlement(session: SessionUpdate, reservation_id: str | None = None) -> Settlement:
+    return Settlement(
+        session.tenant, reservation_id or uuid.uuid4().hex, (), (), None, keep_s=600, session=session
+    )
+
+
+async def test_a_settle_creates_then_adds_to_the_record(store: StateStore) -> None:
+    assert await store.session("acme", "s1") is None
+    first = update(input_tokens=100)
+    assert await store.settle(settlement(first))
+    second = update(input_tokens=160, cached_tokens=90, workflow="", upstream="backup", replica=0)
+    assert await store.settle(settlement(second))
+    record = await store.session("acme", "s1")
+    assert record is not None
+    assert record.turns == 2
+    assert (record.input_tokens, record.cached_tokens, record.output_tokens) == (260, 130, 20)
+    assert record.cost_micros == 1000
+    assert (record.first_input, record.last_input, record.last_growth) == (100, 160, 60)
+    assert record.growth_slope == 60
+    assert (record.model, record.upstream, record.replica, record.workflow) == ("chat", "backup", 0, "triage")
+    assert record.decision_ids == (first.decision_id, second.decision_id)
+    assert record.first_seen_us <= record.last_seen_us
+
+
+async def test_a_repeated_settle_counts_its_turn_once(store: StateStore) -> None:
+    one = update()
+    reservation = uuid.uuid4().hex
+    assert await store.settle(settlement(one, reservation))
+    assert not await store.settle(settlement(one, reservation))
+    record = await store.session("acme", "s1")
+    assert record is not None
+    assert record.turns == 1
+    assert record.input_tokens == 100
+
+
+async def test_decision_ids_are_bounded_and_the_older_ones_counted(store: StateStore) -> None:
+    ids = [uuid.uuid4().hex for _ in range(5)]
+    for decision in ids:
+        await store.update_session(update(decision_id=decision))
+    record = await store.session("acme", "s1")
+    assert record is not None
+    assert record.decision_ids == tuple(ids[-3:])
+    assert record.decisions_dropped == 2
+
+
+async def test_a_request_not_served_adds_no_turn_but_keeps_its_decision(store: StateStore) -> None:
+    await store.update_session(update())
+    refused = update(turn=0, input_tokens=0, cached_tokens=0, output_tokens=0, cost_micros=0, model="")
+    await store.update_session(refused)
+    record = await store.session("acme", "s1")
+    assert record is not None
+    assert record.turns == 1
+    assert (record.model, record.upstream) == ("chat", "local")
+    assert record.decision_ids[-1] == refused.decision_id
+
+
+async def test_checkpoints_and_the_due_reason_are_kept(store: StateStore) -> None:
+    checkpoint = Checkpoint(8, 15, "ab" * 32, "the user asked about [EMAIL]", 1200, 40)
+    await store.update_session(update(due="every_turns 8", checkpoint=checkpoint, max_checkpoints=2))
+    for turn in (16, 24):
+        checkpoint_n = Checkpoint(turn, 31, "cd" * 32, "later", 900, 30)
+        await store.update_session(update(checkpoint=checkpoint_n, max_checkpoints=2))
+    record = await store.session("acme", "s1")
+    assert record is not None
+    assert record.due == "every_turns 8"
+    assert record.due_turn == 1
+    assert [c.turn for c in record.checkpoints] == [16, 24]  # at most two, the newest
+    await store.update_session(update(checkpoint=checkpoint, max_checkpoints=8))
+    record = await store.session("acme", "s1")
+    assert record is not None
+    assert record.checkpoints[-1] == checkpoint
+
+
+async def test_sessions_are_the_tenants_own_and_listed_by_what_is_asked(store: StateStore) -> None:
+    await store.update_session(update("big", input_tokens=5000, cost_micros=10))
+    await store.update_session(update("dear", input_tokens=10, cost_micros=90_000))
+    await asyncio.sleep(0.002)
+    await store.update_session(update("recent", input_tokens=1, cost_micros=1))
+    await store.update_session(update("big", tenant="other"))
+    assert await store.session("other", "dear") is None
+    by_tokens = await store.sessions(("acme",), "tokens", 10)
+    assert [r.session for r in by_tokens] == ["big", "dear", "recent"]
+    assert [r.session for r in await store.sessions(("acme",), "spend", 2)] == ["dear", "big"]
+    assert [r.session for r in await store.sessions(("acme",), "last_seen", 1)] == ["recent"]
+    both = await store.sessions(("acme", "other"), "tokens", 10)
+    assert sorted((r.tenant, r.session) for r in both) == [
+        ("acme", "big"),
+        ("acme", "dear"),
+        ("acme", "recent"),
+        ("other", "big"),
+    ]
+
+
+async def test_a_record_expires_after_its_idle_time(store: StateStore) -> None:
+    await store.update_session(update(idle_s=1))
+    assert await store.session("acme", "s1") is not None
+    await asyncio.sleep(1.2)
+    assert await store.session("acme", "s1") is None
+    assert await store.sessions(("acme",), "last_seen", 10) == []
+    await store.update_session(update(idle_s=1))
+    record = await store.session("acme", "s1")
+    assert record is not None
+    assert record.turns == 1  # a fresh record, nothing left of the expired one
