@@ -123,6 +123,7 @@ def decide_from(
     config: GatewayConfig,
     audit: AuditSink | None,
     budget_band: Callable[[Principal], Awaitable[str]] | None = None,
+    throttled_for: Callable[[], float] | None = None,
 ) -> Decide:
     cache = policy.cache
     return Decide(
@@ -132,6 +133,7 @@ def decide_from(
         audit=audit,
         timeout_s=policy.timeout_ms / 1000,
         budget_band=budget_band,
+        throttled_for=throttled_for,
     )
 
 
@@ -211,6 +213,7 @@ def build_services(
             redaction_guard=redaction_guard,
             redaction_counters=redaction_counters,
             redaction=redaction,
+            throttled_for=jobs.throttled_for,
         )
         assembled = assemble(config, lasting)
         background: list[asyncio.Task[None]] = []
@@ -287,6 +290,7 @@ class Lasting:
     redaction_guard: RedactionGuard
     redaction_counters: RedactionCounters
     redaction: RedactionSettings | None  # settings injected by a test, kept over edits
+    throttled_for: Callable[[], float] | None = None  # the policy input's `capacity` (jobs' pull gate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,7 +330,7 @@ def assemble(config: GatewayConfig, lasting: Lasting) -> Assembled:
     metered = replanned(metering, config, state) if metering is not None and state is not None else None
     band = metered.bands.band if metered is not None else None
     decide = (
-        [decide_from(config.policy, engine, config, lasting.audit, band)] if config.policy and engine else []
+        [decide_from(config.policy, engine, config, lasting.audit, band, lasting.throttled_for)] if config.policy and engine else []
     )
     redact = Redact(lasting.redaction or RedactionSettings.from_config(config), lasting.redaction_counters)
     keys_only = lasting.keys_only
