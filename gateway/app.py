@@ -330,7 +330,9 @@ def assemble(config: GatewayConfig, lasting: Lasting) -> Assembled:
     metered = replanned(metering, config, state) if metering is not None and state is not None else None
     band = metered.bands.band if metered is not None else None
     decide = (
-        [decide_from(config.policy, engine, config, lasting.audit, band, lasting.throttled_for)] if config.policy and engine else []
+        [decide_from(config.policy, engine, config, lasting.audit, band, lasting.throttled_for)]
+        if config.policy and engine
+        else []
     )
     redact = Redact(lasting.redaction or RedactionSettings.from_config(config), lasting.redaction_counters)
     keys_only = lasting.keys_only

@@ -20,8 +20,8 @@ from gateway.errors import PermissionDenied, PolicyUnavailable, model_not_found
 from gateway.exchange import Endpoint, Exchange, Principal
 from gateway.output_limit import note_output_limit
 from gateway.policy.cache import DecisionCache
-from gateway.policy.defer import capacity_fact, deferred, defers
 from gateway.policy.decision import Decision, MalformedDecision, parse_decision
+from gateway.policy.defer import capacity_fact, deferred, defers
 from gateway.policy.input import BUDGET_OK, PolicyInput, build_input
 from gateway.ports import AuditSink, EngineResult, PolicyEngine
 from gateway.redaction.scrub import Verbatim

@@ -28,7 +28,11 @@ from tests.policy.conftest import SHIPPED_POLICIES
 from tests.servers import OTHER_TENANT_KEY, TEST_KEY, UPSTREAM_KEY, RunningGateway, running_gateway
 
 CHAT = "/v1/chat/completions"
-QUESTION = {"model": "chat", "messages": [{"role": "user", "content": "what is a tollgate?"}], "max_tokens": 8}
+QUESTION = {
+    "model": "chat",
+    "messages": [{"role": "user", "content": "what is a tollgate?"}],
+    "max_tokens": 8,
+}
 BACKGROUND = {"x-priority": "background"}
 ASYNC = {"prefer": "respond-async"}
 RPM = 3  # requests a minute the tenant may make: what a deferred request must leave free
@@ -105,13 +109,15 @@ def test_a_background_request_is_deferred_while_the_upstream_throttles(
         assert before["input"]["capacity"] == "ok" and before["deferred"] is False
         throttle(http, sim)
 
-    with openai.OpenAI(base_url=running.base_url, api_key=TEST_KEY, max_retries=0) as client:
-        with pytest.raises(openai.RateLimitError) as refused:
-            client.chat.completions.create(
-                model="chat",
-                messages=[{"role": "user", "content": "summarise the night's logs"}],
-                extra_headers={**BACKGROUND, "x-request-id": "r-deferred"},
-            )
+    with (
+        openai.OpenAI(base_url=running.base_url, api_key=TEST_KEY, max_retries=0) as client,
+        pytest.raises(openai.RateLimitError) as refused,
+    ):
+        client.chat.completions.create(
+            model="chat",
+            messages=[{"role": "user", "content": "summarise the night's logs"}],
+            extra_headers={**BACKGROUND, "x-request-id": "r-deferred"},
+        )
     assert refused.value.code == "deferred"
     assert int(refused.value.response.headers["retry-after"]) >= 1
     record = decision_of(audit, "r-deferred")
@@ -153,7 +159,9 @@ def test_with_prefer_respond_async_a_deferred_request_becomes_a_job(
     assert record["deferred"] is True
 
 
-def test_a_deferred_request_reserves_nothing(gateway: tuple[RunningGateway, Path], sim: RunningSimulator) -> None:
+def test_a_deferred_request_reserves_nothing(
+    gateway: tuple[RunningGateway, Path], sim: RunningSimulator
+) -> None:
     running, _ = gateway
     with httpx.Client(base_url=running.url, timeout=30) as http:
         throttle(http, sim)  # the first of the RPM requests
