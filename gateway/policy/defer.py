@@ -41,13 +41,14 @@ def defers(exchange: Exchange, defer: bool) -> bool:
     return defer and exchange.priority == DEFERRABLE_PRIORITY
 
 
-def deferred(retry_after_s: int | None, throttled_for_s: float) -> Deferred:
+def deferred(retry_after_s: int | None, throttled_for_s: float, jobs: bool = True) -> Deferred:
     """The 429 for a deferred synchronous request; Retry-After is the policy's, else the rest
-    of the throttle pause, else a minute."""
+    of the throttle pause, else a minute. `jobs`: whether this gateway accepts async jobs."""
     if retry_after_s is None:
         retry_after_s = math.ceil(throttled_for_s) if throttled_for_s > 0 else DEFAULT_RETRY_AFTER_S
+    instead = ", or submit it as an async job (Prefer: respond-async)" if jobs else ""
     return Deferred(
         "Deferred by policy: this background request is not served now, while capacity is short. "
-        f"Retry after {retry_after_s} s, or submit it as an async job (Prefer: respond-async).",
+        f"Retry after {retry_after_s} s{instead}.",
         headers={"retry-after": str(max(1, retry_after_s))},
     )

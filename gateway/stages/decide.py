@@ -114,7 +114,7 @@ class Decide:
             raise PermissionDenied(f"Denied by policy: {reasons}.", code="policy_denied")
         if defer and exchange.job_id is None:  # a job is the deferred form: it goes on to be stored
             self.counts.deferred += 1
-            raise deferred(decision.retry_after_s, throttled_for)
+            raise deferred(decision.retry_after_s, throttled_for, jobs=self._throttled_for is not None)
         _cap_max_tokens(exchange, decision)
 
     def _from_cache(self, policy_input: PolicyInput) -> _Outcome | None:

@@ -56,6 +56,7 @@ async def test_a_synchronous_background_request_is_refused_with_429_deferred(eng
         await stage(engine, sink, throttled_for=1.5)(ex)
     assert refused.value.status == 429 and refused.value.code == "deferred"
     assert refused.value.headers["retry-after"] == "7"  # the policy's word
+    assert "Prefer: respond-async" in refused.value.message  # this gateway takes jobs
     [record] = sink.records
     assert record["deferred"] is True
     assert record["input"]["capacity"] == "throttled" and record["input"]["async"] is False
@@ -91,6 +92,13 @@ async def test_without_the_policys_retry_after_the_throttle_pause_is_waited_out(
             with pytest.raises(Deferred) as refused:
                 await stage(engine, ListSink(), throttled_for)(ex)
             assert refused.value.headers["retry-after"] == expected
+        ex = exchange()
+        ex.priority = "background"
+        without_jobs = Decide(engine, UPSTREAMS, cache=None, audit=None, timeout_s=5)
+        with pytest.raises(Deferred) as refused:
+            await without_jobs(ex)
+        assert refused.value.headers["retry-after"] == "60"
+        assert "respond-async" not in refused.value.message  # no jobs here: not offered
     finally:
         await engine.aclose()
 
