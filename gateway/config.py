@@ -265,6 +265,9 @@ class StateConfig(_Strict):
     fail_open_tenants: list[str] = []
     lease_s: float = Field(60.0, gt=0)  # a reservation outlives its request's deadline by this much
     settled_keep_s: int = Field(900, ge=60)  # settled ids remembered this long (settle is idempotent)
+    # Busy plans take slices of their budgets and rate limits (leases) and settle in batches;
+    # off: every request is reserved and settled on its own (docs/architecture.md, Leases).
+    leases: bool = True
 
     @model_validator(mode="after")
     def _store_target(self) -> StateConfig:

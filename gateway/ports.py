@@ -11,6 +11,7 @@ import orjson
 
 from gateway.exchange import Endpoint
 from gateway.keystore.records import KeyChanges, LiveKey
+from gateway.metering.lease_records import LeaseGrant, LeaseSync
 from gateway.metering.records import (
     IdempotencyClaim,
     ReserveOutcome,
@@ -260,6 +261,13 @@ class StateStore(Protocol):
     async def reserve(self, request: ReserveRequest) -> ReserveOutcome: ...
 
     async def settle(self, settlement: Settlement) -> bool: ...
+
+    async def lease(self, sync: LeaseSync) -> LeaseGrant:
+        """One atomic step: apply `sync.batch` unless its id was applied before, then set the
+        lease's holds as asked (`gateway/metering/lease_records.py`). The lease is an open
+        reservation like any other: `open_reservations` counts it, and it is released when
+        its lease passes."""
+        ...
 
     async def counters(self, tenant: str, counters: tuple[str, ...]) -> tuple[int, ...]:
         """spent + reserved of each counter (0 for one never used)."""
