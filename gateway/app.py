@@ -134,6 +134,7 @@ def decide_from(
     config: GatewayConfig,
     audit: AuditSink | None,
     budget_band: Callable[[Principal], Awaitable[str]] | None = None,
+    throttled_for: Callable[[], float] | None = None,
 ) -> Decide:
     cache = policy.cache
     return Decide(
@@ -143,6 +144,7 @@ def decide_from(
         audit=audit,
         timeout_s=policy.timeout_ms / 1000,
         budget_band=budget_band,
+        throttled_for=throttled_for,
     )
 
 
@@ -246,6 +248,7 @@ def build_services(  # noqa: PLR0915
             redaction_counters=redaction_counters,
             redaction=redaction,
             sessions=sessions,
+            throttled_for=jobs.throttled_for,
         )
         trace_summaries(sessions, telemetry.tracer)
         assembled = assemble(config, lasting)
@@ -326,6 +329,7 @@ class Lasting:
     redaction_counters: RedactionCounters
     redaction: RedactionSettings | None  # settings injected by a test, kept over edits
     sessions: SessionParts | None = None  # session records' store and cache, the summarizer
+    throttled_for: Callable[[], float] | None = None  # the policy input's `capacity` (jobs' pull gate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,7 +370,9 @@ def assemble(config: GatewayConfig, lasting: Lasting) -> Assembled:
     metered = replanned(metering, config, state) if metering is not None and state is not None else None
     band = metered.bands.band if metered is not None else None
     decide = (
-        [decide_from(config.policy, engine, config, lasting.audit, band)] if config.policy and engine else []
+        [decide_from(config.policy, engine, config, lasting.audit, band, lasting.throttled_for)]
+        if config.policy and engine
+        else []
     )
     redact = Redact(lasting.redaction or RedactionSettings.from_config(config), lasting.redaction_counters)
     keys_only = lasting.keys_only

@@ -25,6 +25,7 @@ decision := {
 	"route": route,
 	"limits": limits,
 	"session": session_rules,
+	"defer": defer,
 }
 
 # Allow needs the positive facts as well as an empty deny set, so that a deny rule that
@@ -308,3 +309,21 @@ routed_upstreams := {name |
 	some name in object.get(tenant, "upstreams", object.get(object.get(data.data_classes, data_class, {}), "upstreams", []))
 	class_may_send(name)
 }
+
+# --- whether the request waits ------------------------------------------------------------
+
+# Background work steps aside while capacity is short: an upstream is throttling
+# (input.capacity) or a soft budget is used up. The gateway answers a synchronous request
+# 429 deferred (Retry-After), and stores an async one (input.async) as the job it already is;
+# it honours defer for background requests only, and never moves the request elsewhere.
+default defer := false
+
+defer if {
+	object.get(route_data, "defer_background", false) == true
+	priority == "background"
+	capacity_short
+}
+
+capacity_short if input.capacity == "throttled"
+
+capacity_short if input.budget == "soft_exceeded"

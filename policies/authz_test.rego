@@ -368,3 +368,57 @@ test_embeddings_are_not_routed if {
 		with input.workflow as "extraction"
 	not d.route.alias
 }
+
+# --- defer (self-contained: data.routing and the tenant are given here) ----------------------
+
+test_background_work_is_deferred_while_an_upstream_throttles if {
+	d := authz.decision with input.tenant as "t" with input.model as "m"
+		with input.priority as "background"
+		with input.capacity as "throttled"
+		with input.budget as "ok"
+		with data.tenants.t as {"models": ["m"]}
+		with data.routing as {"defer_background": true}
+	d.allow == true
+	d.defer == true
+}
+
+test_background_work_is_deferred_once_a_soft_budget_is_used_up if {
+	d := authz.decision with input.tenant as "t" with input.model as "m"
+		with input.priority as "background"
+		with input.capacity as "ok"
+		with input.budget as "soft_exceeded"
+		with data.tenants.t as {"models": ["m"]}
+		with data.routing as {"defer_background": true}
+	d.defer == true
+}
+
+test_background_work_is_not_deferred_while_capacity_is_there if {
+	d := authz.decision with input.tenant as "t" with input.model as "m"
+		with input.priority as "background"
+		with input.capacity as "ok"
+		with input.budget as "ok"
+		with data.tenants.t as {"models": ["m"]}
+		with data.routing as {"defer_background": true}
+	d.defer == false
+}
+
+test_normal_and_critical_work_is_never_deferred if {
+	every priority in ["normal", "critical"] {
+		d := authz.decision with input.tenant as "t" with input.model as "m"
+			with input.priority as priority
+			with input.capacity as "throttled"
+			with input.budget as "soft_exceeded"
+			with data.tenants.t as {"models": ["m"]}
+			with data.routing as {"defer_background": true}
+		d.defer == false
+	}
+}
+
+test_nothing_is_deferred_unless_data_says_so if {
+	d := authz.decision with input.tenant as "t" with input.model as "m"
+		with input.priority as "background"
+		with input.capacity as "throttled"
+		with data.tenants.t as {"models": ["m"]}
+		with data.routing as {}
+	d.defer == false
+}

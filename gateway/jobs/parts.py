@@ -115,6 +115,11 @@ class Jobs:
         return [ThrottleWatch(self.base.gate)] if self.base is not None else []
 
     @property
+    def throttled_for(self) -> Callable[[], float] | None:
+        """The pull gate's throttle pause, for the policy input's `capacity` (None without jobs)."""
+        return self.base.gate.throttled_for if self.base is not None else None
+
+    @property
     def metrics_source(self) -> JobsMetrics | None:
         return (self.base.store.depth, self.base.counters) if self.base is not None else None
 

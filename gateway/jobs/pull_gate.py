@@ -66,6 +66,11 @@ class PullGate:
     def throttled(self) -> None:
         self._throttled_until = self._clock() + self._pause_s
 
+    def throttled_for(self) -> float:
+        """Seconds left of the pause after an upstream throttled (0: none); the policy input's
+        `capacity` reads it too (gateway/policy/defer.py)."""
+        return max(0.0, self._throttled_until - self._clock())
+
     def allows(self) -> bool:
         return self._load.in_flight < self._limit and self._clock() >= self._throttled_until
 

@@ -8,7 +8,11 @@ A policy answers with one JSON object (see docs/policies.md), for example:
      "destinations": {"image_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]}},
      "redact": {"request": "tokenize", "response": "mask", "entities": ["EMAIL", "API_KEY"]},
      "route": {"upstreams": ["self-hosted"], "model_class": "frontier", "alias": "kimi-k2.6"},
-     "limits": {"max_tokens": 4096, "tool_output_max_chars": 16000}}
+     "limits": {"max_tokens": 4096, "tool_output_max_chars": 16000},
+     "defer": false}
+
+`defer` (with `retry_after_s`, optional) sends a background request away while capacity is
+short (gateway/policy/defer.py).
 """
 
 from __future__ import annotations
@@ -92,6 +96,8 @@ class Decision:
     route: RouteRules = RouteRules()
     limits: Limits = Limits()
     session: SessionRules = NO_RULES
+    defer: bool = False  # background requests: 429 deferred, or a job (gateway/policy/defer.py)
+    retry_after_s: int | None = None  # the deferred 429's Retry-After; None: the gateway's
 
     @classmethod
     def deny(cls, reason: str) -> Decision:
@@ -117,6 +123,8 @@ def parse_decision(value: Any) -> Decision:
         route=_route(value.get("route", {})),
         limits=_limits(value.get("limits", {})),
         session=_session(value.get("session", {})),
+        defer=_defer(value.get("defer", False)),
+        retry_after_s=_retry_after(value.get("retry_after_s")),
     )
 
 
@@ -125,6 +133,18 @@ def _session(value: Any) -> SessionRules:
         return parse_session_rules(value)
     except ValueError as exc:
         raise MalformedDecision(str(exc)) from None
+
+
+def _defer(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise MalformedDecision("defer must be a boolean")
+    return value
+
+
+def _retry_after(value: Any) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise MalformedDecision("retry_after_s must be a positive integer")
+    return value
 
 
 def _tools(value: Any) -> ToolRules:

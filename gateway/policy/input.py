@@ -18,6 +18,7 @@ import orjson
 
 from gateway.errors import InvalidRequest
 from gateway.exchange import Endpoint, Exchange
+from gateway.policy.defer import CAPACITY_OK
 from gateway.sessions.bands import NO_SESSION, session_bands
 
 DATA_CLASS_HEADER = "x-data-class"
@@ -43,11 +44,14 @@ class PolicyInput:
     cache_key: bytes  # canonical JSON of the document without the request id
 
 
-def build_input(exchange: Exchange, upstreams: Sequence[str], budget: str = BUDGET_OK) -> PolicyInput:
+def build_input(
+    exchange: Exchange, upstreams: Sequence[str], budget: str = BUDGET_OK, capacity: str = CAPACITY_OK
+) -> PolicyInput:
     """The input document for a request that admit has authenticated and validated.
 
     `upstreams` are the names of the upstreams that serve the requested model alias, in
-    order of preference; `budget` is the caller's budget band. Raises InvalidRequest for a
+    order of preference; `budget` is the caller's budget band; `capacity` whether an
+    upstream is throttling now ("ok" or "throttled", gateway/policy/defer.py). Raises InvalidRequest for a
     malformed x-data-class header.
     """
     principal = exchange.principal
@@ -79,6 +83,8 @@ def build_input(exchange: Exchange, upstreams: Sequence[str], budget: str = BUDG
         "data_class": _data_class(exchange.headers.get(DATA_CLASS_HEADER)),
         "workflow": exchange.workflow,
         "priority": exchange.priority,
+        "async": exchange.job_id is not None,  # a job's submission (gateway/jobs/), not a synchronous call
+        "capacity": capacity,
     }
     key = orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
     document["request_id"] = exchange.request_id

@@ -21,6 +21,7 @@ from gateway.exchange import Endpoint, Exchange, Principal
 from gateway.output_limit import note_output_limit
 from gateway.policy.cache import DecisionCache
 from gateway.policy.decision import Decision, MalformedDecision, parse_decision
+from gateway.policy.defer import capacity_fact, deferred, defers
 from gateway.policy.input import BUDGET_OK, PolicyInput, build_input
 from gateway.ports import AuditSink, EngineResult, PolicyEngine
 from gateway.redaction.scrub import Verbatim
@@ -49,6 +50,7 @@ class DecideCounts:
     denied: int = 0
     malformed: int = 0  # answers that were not a decision, denied
     unavailable: int = 0  # engine failures and timeouts, refused with 503
+    deferred: int = 0  # synchronous background requests refused with 429 deferred
 
 
 class Decide:
@@ -64,9 +66,12 @@ class Decide:
         timeout_s: float,
         budget_band: Callable[[Principal], Awaitable[str]] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        throttled_for: Callable[[], float] | None = None,
     ) -> None:
         """`upstreams`: model alias -> names of the upstreams that serve it, preferred first;
-        `budget_band`: the caller's budget band for the input (metering's), else always "ok"."""
+        `budget_band`: the caller's budget band for the input (metering's), else always "ok";
+        `throttled_for`: seconds left of the pause after an upstream throttled (the jobs' pull
+        gate), the input's `capacity`; None: always "ok"."""
         self._engine = engine
         self._upstreams = {alias: tuple(names) for alias, names in upstreams.items()}
         self._cache = cache
@@ -74,6 +79,7 @@ class Decide:
         self._timeout_s = timeout_s
         self._budget_band = budget_band
         self._clock = clock
+        self._throttled_for = throttled_for
         self.counts = DecideCounts()
 
     async def __call__(self, exchange: Exchange) -> None:
@@ -86,7 +92,8 @@ class Decide:
         band = BUDGET_OK
         if self._budget_band is not None and principal is not None:
             band = await self._budget_band(principal)
-        policy_input = build_input(exchange, upstreams, band)
+        throttled_for = self._throttled_for() if self._throttled_for is not None else 0.0
+        policy_input = build_input(exchange, upstreams, band, capacity_fact(throttled_for))
         started = self._clock()
         outcome = self._from_cache(policy_input) or await self._from_engine(policy_input, exchange.request_id)
         self.counts.decisions += 1
@@ -95,15 +102,19 @@ class Decide:
         # Minted here: Verbatim, so the decision log (scrubbed) and spans show the same id.
         exchange.decision_id = outcome.decision_id or Verbatim(os.urandom(16).hex())
         exchange.policy_revision = outcome.revision
+        defer = decision.allow and defers(exchange, decision.defer)
         if self._audit is not None:
             latency_ms = round((self._clock() - started) * 1000, 3)
-            await self._audit.append(
-                _record(exchange, policy_input.document, outcome, latency_ms, self._engine.name)
-            )
+            record = _record(exchange, policy_input.document, outcome, latency_ms, self._engine.name)
+            record["deferred"] = defer
+            await self._audit.append(record)
         if not decision.allow:
             self.counts.denied += 1
             reasons = "; ".join(decision.reasons) or "no reason given"
             raise PermissionDenied(f"Denied by policy: {reasons}.", code="policy_denied")
+        if defer and exchange.job_id is None:  # a job is the deferred form: it goes on to be stored
+            self.counts.deferred += 1
+            raise deferred(decision.retry_after_s, throttled_for, jobs=self._throttled_for is not None)
         _cap_max_tokens(exchange, decision)
 
     def _from_cache(self, policy_input: PolicyInput) -> _Outcome | None:

@@ -50,6 +50,8 @@ def input_doc(**overrides: Any) -> dict[str, Any]:
         "data_class": None,
         "workflow": "default",
         "priority": "normal",
+        "async": False,
+        "capacity": "ok",
         "request_id": "req-golden",
     }
     doc.update(overrides)
@@ -67,6 +69,7 @@ def allowed(**overrides: Any) -> dict[str, Any]:
         "route": {"upstreams": ["local"]},
         "limits": LIMITS,
         "session": {},
+        "defer": False,
     }
     decision.update(overrides)
     return decision
@@ -97,6 +100,7 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             "route": {"upstreams": ["local"]},
             "limits": LIMITS,
             "session": {},
+            "defer": False,
         },
     ),
     (
@@ -165,6 +169,26 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "a workflow the table does not list stays on its model",
         input_doc(workflow="other", priority="background"),
+        allowed(),
+    ),
+    (
+        "background work is deferred while an upstream throttles",
+        input_doc(priority="background", capacity="throttled"),
+        allowed(defer=True),
+    ),
+    (
+        "an async job is told to defer alike (the gateway stores it as the job it is)",
+        input_doc(priority="background", capacity="throttled", **{"async": True}),
+        allowed(defer=True),
+    ),
+    (
+        "background work is deferred (and downgraded) once a soft budget is used up",
+        input_doc(priority="background", budget="soft_exceeded"),
+        allowed(limits={**LIMITS, "max_tokens": 1024}, route=ECONOMY_ROUTE, defer=True),
+    ),
+    (
+        "normal work is not deferred while an upstream throttles",
+        input_doc(capacity="throttled"),
         allowed(),
     ),
 ]

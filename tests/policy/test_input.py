@@ -88,8 +88,20 @@ def test_a_chat_request_becomes_its_facts() -> None:
         "data_class": "confidential",
         "workflow": "extraction",
         "priority": "background",
+        "async": False,
+        "capacity": "ok",
         "request_id": "req-1",
     }
+
+
+def test_an_async_job_and_a_throttled_upstream_are_facts_of_their_own() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    sync = build_input(exchange(body), ["local"])
+    job = build_input(exchange(body, job_id="job_1"), ["local"], capacity="throttled")
+    assert (sync.document["async"], sync.document["capacity"]) == (False, "ok")
+    assert (job.document["async"], job.document["capacity"]) == (True, "throttled")
+    assert job.cache_key != sync.cache_key
+    assert b"job_1" not in job.cache_key  # the job's id stays out: jobs of one shape share a decision
 
 
 def test_no_message_text_reaches_the_document() -> None:
