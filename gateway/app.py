@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from adapters.audit import build_audit_writer
 from adapters.policy import open_policy_engine
+from adapters.responses import build_response_store
 from adapters.state import build_state_store, warn_if_not_durable
 from adapters.upstream import build_upstream
 from gateway.access_log import AccessLog
@@ -25,6 +26,11 @@ from gateway.config import (
     load_config,
     metrics_dir_from_env,
 )
+from gateway.doors.messages import MessagesDoor
+from gateway.doors.registry import build_doors
+from gateway.doors.response_store import ResponseRecords
+from gateway.doors.responses import ResponsesDoor
+from gateway.doors.routes import DoorRoutes
 from gateway.exchange import Candidate, Principal, Tenant
 from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
@@ -99,6 +105,14 @@ def decide_from(
         timeout_s=policy.timeout_ms / 1000,
         budget_band=budget_band,
     )
+
+
+def response_records_from(config: GatewayConfig) -> ResponseRecords | None:
+    """The stored responses of /v1/responses, or None when storing is off."""
+    store = build_response_store(config.responses)
+    if store is None:
+        return None
+    return ResponseRecords(store, config.responses.retention_s, scrubber_for(config).record)
 
 
 def build_services(
@@ -176,6 +190,10 @@ def build_services(
             metrics_dir=metrics_dir_from_env(),
             policy_queue=engine.evaluation_queue() if engine is not None else None,
         )
+        records = response_records_from(config)
+        doors = build_doors(records)
+        responses_door = doors.find(ResponsesDoor)
+        finishers.append(responses_door)  # it stores what /v1/responses answered
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
         pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
 
@@ -191,13 +209,16 @@ def build_services(
                 await metering.aclose()
             if keys_only is not None:
                 await keys_only.aclose()
+            if records is not None:
+                await records.aclose()
 
         prober.start()  # last: a start that failed above leaves no background task behind
         telemetry.metrics.start()
+        models_for = lambda principal: route.aliases_for(principal.tenant.models)  # noqa: E731
         return Services(
             pipeline=pipeline,
             authenticate=admit.authenticate,
-            models_for=lambda principal: route.aliases_for(principal.tenant.models),
+            models_for=models_for,
             upstream_health=lambda: upstream_readiness(routes),
             max_body_bytes=config.server.max_body_bytes,
             request_timeout_s=config.server.request_timeout_s,
@@ -207,6 +228,8 @@ def build_services(
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
             upstream_ids=UpstreamIds(key.encode() if (key := config.server.request_id_key) else None),
             policy_readiness=(engine.name, engine.readiness) if engine is not None else None,
+            doors=doors,
+            door_routes=DoorRoutes(admit.authenticate, models_for, responses_door, doors.find(MessagesDoor)),
         )
 
     return build

@@ -21,6 +21,9 @@ from typing import Any
 
 import orjson
 
+from gateway.doors.base import Door
+from gateway.doors.registry import Doors, openai_doors
+from gateway.doors.routes import DoorRoutes
 from gateway.errors import (
     GatewayError,
     InternalError,
@@ -30,7 +33,7 @@ from gateway.errors import (
     PayloadTooLarge,
     UnsupportedMediaType,
 )
-from gateway.exchange import Endpoint, Exchange, Principal
+from gateway.exchange import Exchange, Principal
 from gateway.logs import flush_logs
 from gateway.pipeline import Pipeline
 from gateway.ports import EngineReadiness
@@ -53,7 +56,6 @@ _SSE_HEADERS = [
 # zlib window bits: gzip framing, and zlib framing (what HTTP calls deflate)
 _INFLATE_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 _READINESS_TIMEOUT_S = 2.0
-_MODEL_PATHS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/embeddings": Endpoint.EMBEDDINGS}
 
 
 class ClientGone(Exception):
@@ -80,6 +82,9 @@ class Services:
     upstream_ids: Callable[[str], str] = field(default_factory=UpstreamIds)
     # GET /readyz: whether the policy engine can answer (name, readiness); None: no policy
     policy_readiness: tuple[str, Callable[[], Awaitable[EngineReadiness]]] | None = None
+    # the client APIs served (doors/registry.py), and their routes beside the model calls
+    doors: Doors = field(default_factory=lambda: Doors(openai_doors()))
+    door_routes: DoorRoutes | None = None
 
 
 class GatewayASGI:
@@ -139,13 +144,13 @@ class GatewayASGI:
         try:
             if services is None:
                 raise GatewayError("The gateway is starting.", code="starting")
-            endpoint = _MODEL_PATHS.get(path)
-            if endpoint is not None:
+            door = services.doors.by_path.get(path)
+            if door is not None:
                 if method != "POST":
                     raise MethodNotAllowed(f"Use POST for {path}.")
                 if self._draining:
                     raise _shutting_down()
-                await self._counted(self._model_call(services, endpoint, headers, request_id, receive, send))
+                await self._counted(self._model_call(services, door, headers, request_id, receive, send))
             elif path == "/v1/models":
                 _require(method, "GET", path)
                 principal = services.authenticate(headers.get("authorization"))
@@ -172,15 +177,19 @@ class GatewayASGI:
                 query = scope.get("query_string", b"").decode("latin-1")
                 body = await services.admin_spend(headers.get("authorization"), query)
                 await _send_json(send, 200, body, request_id)
+            elif services.door_routes is not None and services.door_routes.serves(path):
+                await _door_route(services, scope, headers, request_id, receive, send)
             else:
                 raise NotFound(f"Unknown path {path}.", code="unknown_url")
         except GatewayError as exc:
-            await _send_error(send, exc, request_id)
+            door = services.doors.for_errors(path, headers) if services is not None else None
+            await _send_error(send, exc, request_id, door)
         except ClientGone:
             return
         except Exception:
             logger.exception("unhandled error", extra={"request_id": request_id})
-            await _send_error(send, InternalError(request_id), request_id)
+            door = services.doors.for_errors(path, headers) if services is not None else None
+            await _send_error(send, InternalError(request_id), request_id, door)
 
     async def _counted(self, call: Awaitable[None]) -> None:
         self._in_flight += 1
@@ -208,7 +217,7 @@ class GatewayASGI:
     async def _model_call(
         self,
         services: Services,
-        endpoint: Endpoint,
+        door: Door,
         headers: dict[str, str],
         request_id: str,
         receive: Receive,
@@ -217,12 +226,13 @@ class GatewayASGI:
         now = time.monotonic()
         exchange = Exchange(
             request_id=request_id,
-            endpoint=endpoint,
+            endpoint=door.endpoint,
             received_at=now,
             deadline=now + services.request_timeout_s,
             headers=headers,
             raw_body=b"",
             upstream_request_id=services.upstream_ids(request_id),
+            door=door,
         )
         pipeline = services.pipeline
         exchange.trace = trace = services.tracer.begin(exchange)
@@ -238,12 +248,12 @@ class GatewayASGI:
                 exchange.status = 200
                 await _send_json(send, 200, exchange.replay_body, request_id, exchange.response_headers)
             elif exchange.stream:
-                await self._stream(pipeline, exchange, receive, send)
+                await self._stream(pipeline, exchange, door, receive, send)
             else:
                 body = await pipeline.respond(exchange)
                 exchange.status = 200
                 exchange.first_byte_at = time.monotonic()
-                exchange.response_body = orjson.dumps(body)
+                exchange.response_body = await door.response(exchange, body)
                 await _send_json(send, 200, exchange.response_body, request_id, exchange.response_headers)
         except GatewayError as exc:
             exchange.status = exc.status
@@ -263,16 +273,20 @@ class GatewayASGI:
             trace.end(exchange)
             CORRELATION.reset(correlation)
 
-    async def _stream(self, pipeline: Pipeline, exchange: Exchange, receive: Receive, send: Send) -> None:
+    async def _stream(
+        self, pipeline: Pipeline, exchange: Exchange, door: Door, receive: Receive, send: Send
+    ) -> None:
         opened = await pipeline.open_stream(exchange)
         exchange.status = 200
         headers = [*_SSE_HEADERS, (b"x-request-id", exchange.request_id.encode())]
         headers.extend((k.encode(), v.encode()) for k, v in exchange.response_headers.items())
 
+        encoder = door.stream(exchange)
+
         async def relay() -> None:
             started = False
             try:
-                async for event in pipeline.relay(exchange, opened):
+                async for event in pipeline.relay(exchange, opened, encoder):
                     if not started:
                         await send({"type": "http.response.start", "status": 200, "headers": headers})
                         exchange.first_byte_at = time.monotonic()
@@ -284,7 +298,7 @@ class GatewayASGI:
                 # Headers are out: the only honest signal left is an error event and the end.
                 logger.exception("stream failed", extra={"request_id": exchange.request_id})
                 exchange.status, exchange.error_code = 500, "internal_error"
-                error = b"data: " + InternalError(exchange.request_id).body_bytes() + b"\n\n"
+                error = encoder.error(InternalError(exchange.request_id))
                 await send({"type": "http.response.body", "body": error, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -303,6 +317,18 @@ class GatewayASGI:
             watcher.cancel()
         if not relay_task.cancelled():
             relay_task.result()
+
+
+async def _door_route(
+    services: Services, scope: Scope, headers: dict[str, str], request_id: str, receive: Receive, send: Send
+) -> None:
+    """A door's route beside its model calls (stored responses, count_tokens, a model)."""
+    assert services.door_routes is not None
+    limit = services.max_body_bytes
+    body = await services.door_routes.handle(
+        scope["method"], scope["path"], headers, lambda: _read_body(receive, headers, limit)
+    )
+    await _send_json(send, 200, body, request_id)
 
 
 def _shutting_down() -> GatewayError:
@@ -439,5 +465,6 @@ async def _send_page(send: Send, page: bytes, content_type: str, request_id: str
     await send({"type": "http.response.body", "body": page})
 
 
-async def _send_error(send: Send, exc: GatewayError, request_id: str) -> None:
-    await _send_json(send, exc.status, exc.body_bytes(), request_id, exc.headers)
+async def _send_error(send: Send, exc: GatewayError, request_id: str, door: Door | None = None) -> None:
+    status, body = door.error(exc) if door is not None else (exc.status, exc.body_bytes())
+    await _send_json(send, status, body, request_id, exc.headers)

@@ -1,0 +1,193 @@
+"""Guarded chat chunks as the Responses API's stream events.
+
+    response.created, response.in_progress                     at the first chunk
+    response.output_item.added / .done                         one item per run of reasoning,
+                                                               text or a tool call
+    response.content_part.added / .done,
+    response.output_text.delta / .done                         a message item's text
+    response.reasoning_text.delta / .done                      a reasoning item's text
+    response.function_call_arguments.delta / .done             a function_call item's arguments
+    response.completed (or response.incomplete), with usage    when the stream has ended
+    error                                                      a failure after the stream started
+
+Every event carries the next `sequence_number`; an item is closed when the next one begins or
+the choice finishes. Only the first choice is translated (the door never asks for more).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from gateway.doors.responses import (
+    ResponsesState,
+    call_item,
+    finished,
+    message_item,
+    reasoning_item,
+    response_object,
+)
+from gateway.doors.sse import named_event
+from gateway.errors import GatewayError
+from gateway.exchange import Exchange
+from gateway.ports import Chunk
+
+
+class ResponsesStream:
+    __slots__ = (
+        "_call",
+        "_exchange",
+        "_finish",
+        "_items",
+        "_kind",
+        "_out",
+        "_sequence",
+        "_started",
+        "_state",
+        "_text",
+    )
+
+    def __init__(self, exchange: Exchange) -> None:
+        self._exchange = exchange
+        self._state: ResponsesState = exchange.door_state
+        self._sequence = 0
+        self._started = False
+        self._items: list[dict[str, Any]] = []  # finished output items
+        self._kind: str | None = None  # the open item's type
+        self._text: list[str] = []  # the open item's text or arguments so far
+        self._call: dict[str, Any] = {}  # the open function call: chat index, ids, name
+        self._finish: str | None = None
+        self._out: list[bytes] = []
+
+    def chunk(self, chunk: Chunk) -> bytes:
+        if not self._started:
+            self._start()
+        for choice in chunk.data.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                self._delta(delta)
+            finish = choice.get("finish_reason")
+            if isinstance(finish, str):
+                self._close()
+                self._finish = finish
+        return self._flush()
+
+    def done(self) -> bytes:
+        if not self._started:
+            self._start()
+        self._close()
+        final = finished(self._exchange, self._items, self._finish)
+        kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
+        self._emit(kind, {"response": final})
+        return self._flush()
+
+    def error(self, error: GatewayError) -> bytes:
+        self._emit("error", {"code": error.code, "message": error.message, "param": error.param})
+        return self._flush()
+
+    def _emit(self, kind: str, data: dict[str, Any]) -> None:
+        self._out.append(named_event(kind, {"type": kind, "sequence_number": self._sequence, **data}))
+        self._sequence += 1
+
+    def _flush(self) -> bytes:
+        out, self._out = self._out, []
+        return b"".join(out)
+
+    def _start(self) -> None:
+        self._started = True
+        begun = response_object(self._state, self._exchange.model_alias, "in_progress", [])
+        self._emit("response.created", {"response": begun})
+        self._emit("response.in_progress", {"response": begun})
+
+    def _delta(self, delta: dict[str, Any]) -> None:
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            self._open("reasoning")
+            self._emit(
+                "response.reasoning_text.delta", {**self._where(), "content_index": 0, "delta": reasoning}
+            )
+            self._text.append(reasoning)
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self._open("message")
+            where = {**self._where(), "content_index": 0}
+            self._emit("response.output_text.delta", {**where, "delta": content, "logprobs": []})
+            self._text.append(content)
+        for call in delta.get("tool_calls") or ():
+            if isinstance(call, dict):
+                self._tool_call(call)
+
+    def _tool_call(self, call: dict[str, Any]) -> None:
+        index = call.get("index", 0)
+        function = call.get("function")
+        function = function if isinstance(function, dict) else {}
+        if self._kind != "function_call" or self._call.get("index") != index:
+            self._close()
+            self._call = {
+                "index": index,
+                "call_id": call.get("id") or f"call_{secrets.token_hex(12)}",
+                "name": function.get("name") or "",
+            }
+            self._open("function_call")
+        arguments = function.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            self._emit("response.function_call_arguments.delta", {**self._where(), "delta": arguments})
+            self._text.append(arguments)
+
+    def _where(self) -> dict[str, Any]:
+        return {"item_id": self._call["id"], "output_index": len(self._items)}
+
+    def _open(self, kind: str) -> None:
+        if self._kind == kind and kind != "function_call":
+            return
+        if kind != "function_call":
+            self._close()
+            self._call = {}
+        self._kind = kind
+        self._text = []
+        prefix = {"message": "msg", "reasoning": "rs", "function_call": "fc"}[kind]
+        self._call["id"] = item_id = f"{prefix}_{secrets.token_hex(12)}"
+        output_index = len(self._items)
+        if kind == "message":
+            item = {**message_item(item_id, "", "in_progress"), "content": []}
+        elif kind == "reasoning":
+            item = {**reasoning_item(item_id, ""), "content": [], "status": "in_progress"}
+        else:
+            item = call_item(item_id, self._call["call_id"], self._call["name"], "", "in_progress")
+        self._emit("response.output_item.added", {"output_index": output_index, "item": item})
+        if kind == "message":
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            self._emit(
+                "response.content_part.added",
+                {"item_id": item_id, "output_index": output_index, "content_index": 0, "part": part},
+            )
+
+    def _close(self) -> None:
+        kind = self._kind
+        if kind is None:
+            return
+        where = self._where()
+        text = "".join(self._text)
+        if kind == "message":
+            item = message_item(where["item_id"], text)
+            self._emit(
+                "response.output_text.done", {**where, "content_index": 0, "text": text, "logprobs": []}
+            )
+            self._emit(
+                "response.content_part.done", {**where, "content_index": 0, "part": item["content"][0]}
+            )
+        elif kind == "reasoning":
+            item = reasoning_item(where["item_id"], text)
+            self._emit("response.reasoning_text.done", {**where, "content_index": 0, "text": text})
+        else:
+            call = self._call
+            item = call_item(where["item_id"], call["call_id"], call["name"], text)
+            self._emit(
+                "response.function_call_arguments.done", {**where, "name": call["name"], "arguments": text}
+            )
+        self._emit("response.output_item.done", {"output_index": where["output_index"], "item": item})
+        self._items.append(item)
+        self._kind = None
+        self._text = []
