@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from gateway.doors.messages import MessagesState, error_body, error_kind, stop_reason, usage
 from gateway.doors.sse import named_event
 from gateway.errors import GatewayError
@@ -24,7 +26,7 @@ _PING = named_event("ping", {"type": "ping"})
 
 
 class MessagesStream:
-    __slots__ = ("_block", "_exchange", "_finish", "_next", "_started", "_state", "_tool")
+    __slots__ = ("_block", "_exchange", "_finish", "_next", "_started", "_state", "_text_head", "_tool")
 
     def __init__(self, exchange: Exchange) -> None:
         self._exchange = exchange
@@ -34,12 +36,21 @@ class MessagesStream:
         self._tool = -1  # the chat index of the open tool call
         self._next = 0  # the next block's index
         self._finish: dict[str, Any] = {}
+        self._text_head = b""  # the open text block's delta event, up to its text
 
     def chunk(self, chunk: Chunk) -> bytes:
+        choices = chunk.data.get("choices")
+        if self._block == "text" and choices and len(choices) == 1:  # the common case: more text
+            choice = choices[0]
+            delta = choice.get("delta") if choice.__class__ is dict else None
+            if delta and len(delta) == 1 and choice.get("finish_reason") is None and not choice.get("index"):
+                content = delta.get("content")
+                if content and content.__class__ is str:
+                    return self._text_head + orjson.dumps(content) + b"}}\n\n"
         out: list[bytes] = []
         if not self._started:
             out.append(self._start())
-        for choice in chunk.data.get("choices") or ():
+        for choice in choices or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta")
@@ -96,7 +107,7 @@ class MessagesStream:
             text = delta.get(field)
             if isinstance(text, str) and text:
                 self._open("text", {"type": "text", "text": ""}, out)
-                out.append(self._block_delta({"type": "text_delta", "text": text}))
+                out.append(self._text_head + orjson.dumps(text) + b"}}\n\n")
         for call in delta.get("tool_calls") or ():
             if isinstance(call, dict):
                 self._call(call, out)
@@ -125,6 +136,11 @@ class MessagesStream:
         if self._block is not None and kind != "tool_use":
             self._close(out)
         self._block = kind
+        if kind == "text":
+            self._text_head = (
+                b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,' % (self._next)
+                + b'"delta":{"type":"text_delta","text":'
+            )
         out.append(
             named_event(
                 "content_block_start",

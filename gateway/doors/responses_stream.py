@@ -19,6 +19,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+import orjson
+
 from gateway.doors.responses import (
     ResponsesState,
     call_item,
@@ -27,7 +29,6 @@ from gateway.doors.responses import (
     reasoning_item,
     response_object,
 )
-from gateway.doors.sse import named_event
 from gateway.errors import GatewayError
 from gateway.exchange import Exchange
 from gateway.ports import Chunk
@@ -45,6 +46,7 @@ class ResponsesStream:
         "_started",
         "_state",
         "_text",
+        "_text_head",
     )
 
     def __init__(self, exchange: Exchange) -> None:
@@ -58,11 +60,27 @@ class ResponsesStream:
         self._call: dict[str, Any] = {}  # the open function call: chat index, ids, name
         self._finish: str | None = None
         self._out: list[bytes] = []
+        self._text_head = b""  # the open message's text delta event, up to its delta
 
     def chunk(self, chunk: Chunk) -> bytes:
+        choices = chunk.data.get("choices")
+        if self._kind == "message" and choices and len(choices) == 1:  # the common case: more text
+            choice = choices[0]
+            delta = choice.get("delta") if choice.__class__ is dict else None
+            if delta and len(delta) == 1 and choice.get("finish_reason") is None and not choice.get("index"):
+                content = delta.get("content")
+                if content and content.__class__ is str:
+                    sequence = self._sequence
+                    self._sequence = sequence + 1
+                    self._text.append(content)
+                    return b'%s%s,"sequence_number":%d}\n\n' % (
+                        self._text_head,
+                        orjson.dumps(content),
+                        sequence,
+                    )
         if not self._started:
             self._start()
-        for choice in chunk.data.get("choices") or ():
+        for choice in choices or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta")
@@ -88,18 +106,29 @@ class ResponsesStream:
         return self._flush()
 
     def _emit(self, kind: str, data: dict[str, Any]) -> None:
-        self._out.append(named_event(kind, {"type": kind, "sequence_number": self._sequence, **data}))
+        self._emit_encoded(kind, orjson.dumps(data))
+
+    def _emit_encoded(self, kind: str, data: bytes) -> None:
+        """An event whose fields (a JSON object, not empty) are already encoded."""
+        name = kind.encode()
+        head = b'event: %s\ndata: {"type":"%s","sequence_number":%d,' % (name, name, self._sequence)
+        self._out.append(head + data[1:] + b"\n\n")
         self._sequence += 1
 
     def _flush(self) -> bytes:
-        out, self._out = self._out, []
+        out = self._out
+        if len(out) == 1:
+            return out.pop()
+        self._out = []
         return b"".join(out)
 
     def _start(self) -> None:
         self._started = True
-        begun = response_object(self._state, self._exchange.model_alias, "in_progress", [])
-        self._emit("response.created", {"response": begun})
-        self._emit("response.in_progress", {"response": begun})
+        begun = orjson.dumps(
+            {"response": response_object(self._state, self._exchange.model_alias, "in_progress", [])}
+        )
+        self._emit_encoded("response.created", begun)
+        self._emit_encoded("response.in_progress", begun)
 
     def _delta(self, delta: dict[str, Any]) -> None:
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
@@ -112,9 +141,7 @@ class ResponsesStream:
         content = delta.get("content")
         if isinstance(content, str) and content:
             self._open("message")
-            where = {**self._where(), "content_index": 0}
-            self._emit("response.output_text.delta", {**where, "delta": content, "logprobs": []})
-            self._text.append(content)
+            self._text_delta(content)
         for call in delta.get("tool_calls") or ():
             if isinstance(call, dict):
                 self._tool_call(call)
@@ -135,6 +162,14 @@ class ResponsesStream:
         if isinstance(arguments, str) and arguments:
             self._emit("response.function_call_arguments.delta", {**self._where(), "delta": arguments})
             self._text.append(arguments)
+
+    def _text_delta(self, content: str) -> None:
+        """A response.output_text.delta event, its fixed part encoded once per message."""
+        self._out.append(
+            self._text_head + orjson.dumps(content) + b',"sequence_number":%d}\n\n' % self._sequence
+        )
+        self._sequence += 1
+        self._text.append(content)
 
     def _where(self) -> dict[str, Any]:
         return {"item_id": self._call["id"], "output_index": len(self._items)}
@@ -158,6 +193,9 @@ class ResponsesStream:
             item = call_item(item_id, self._call["call_id"], self._call["name"], "", "in_progress")
         self._emit("response.output_item.added", {"output_index": output_index, "item": item})
         if kind == "message":
+            where = {"item_id": item_id, "output_index": output_index, "content_index": 0, "logprobs": []}
+            head = orjson.dumps({"type": "response.output_text.delta", **where})[:-1]
+            self._text_head = b"event: response.output_text.delta\ndata: " + head + b',"delta":'
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             self._emit(
                 "response.content_part.added",

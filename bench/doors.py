@@ -1,0 +1,273 @@
+"""What a door's translation costs, over the chat door, in CPU per request, in one run.
+
+    python -m bench.doors [--quick] [--no-doc]
+
+- translation (in process, the figure the target is on): for one request of each door, the
+  door's own work: its body turned into the internal chat body (`Door.request`), and the
+  guarded chat answer turned into its response (`Door.response`), or, streamed, its 16 text
+  chunks, finish and usage chunks into its events (`Door.stream`). The chat door's own work
+  (nothing to translate, the chunks relayed as they came) is measured the same way, in the
+  same rounds, and subtracted. The chunks arrive parsed, as the usage guard leaves them in
+  the pipeline. CPU time (`time.process_time`), medians of interleaved rounds.
+- end to end: one gateway worker in front of the simulator (zero-latency mode); the same
+  conversation through each door in turn, sequentially on a keep-alive connection, non-streamed
+  and streamed; the worker's CPU per request (utime + stime from /proc) for each door.
+  Medians of interleaved rounds; noisier than the first, since it also counts the gateway's
+  whole pipeline, which is the same for every door.
+
+Results go to bench/results/doors-*.json and the "Doors" section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import harness
+from gateway.doors.base import Door
+from gateway.doors.messages import MessagesDoor
+from gateway.doors.openai import OpenAIDoor
+from gateway.doors.responses import ResponsesDoor
+from gateway.exchange import Endpoint, Exchange, Principal, Tenant, Usage
+from gateway.ports import Chunk
+
+TARGET_US = 50.0  # at most 0.05 ms of CPU per request over the chat door
+WORDS = [f"tok{i}" if i == 0 else f" tok{i}" for i in range(16)]
+SYSTEM = "You are a careful assistant. Answer briefly."
+QUESTION = "What is the weather in Oslo today, and should I take an umbrella?"
+TOOLS_CHAT = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+BODIES: dict[str, dict[str, Any]] = {
+    "chat": {
+        "model": "chat",
+        "max_tokens": 64,
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}],
+        "tools": TOOLS_CHAT,
+    },
+    "responses": {
+        "model": "chat",
+        "max_output_tokens": 64,
+        "instructions": SYSTEM,
+        "input": QUESTION,
+        "store": False,
+        "tools": [{"type": "function", **TOOLS_CHAT[0]["function"]}],
+    },
+    "messages": {
+        "model": "chat",
+        "max_tokens": 64,
+        "system": SYSTEM,
+        "messages": [{"role": "user", "content": QUESTION}],
+        "tools": [
+            {
+                "name": "get_weather",
+                "description": "The weather in a city.",
+                "input_schema": TOOLS_CHAT[0]["function"]["parameters"],
+            }
+        ],
+    },
+}
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+ANSWER = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "sim-model",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(WORDS)}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 40, "completion_tokens": 16, "total_tokens": 56},
+}
+
+
+def _chunks() -> list[dict[str, Any]]:
+    envelope = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "sim-model"}
+    out = [{**envelope, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
+    out += [{**envelope, "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]} for w in WORDS]
+    out.append({**envelope, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    out.append({**envelope, "choices": [], "usage": ANSWER["usage"]})
+    return out
+
+
+CHUNKS = [(orjson.dumps(c), c) for c in _chunks()]
+PRINCIPAL = Principal(Tenant("bench"), "k-bench")
+
+
+def _doors() -> dict[str, Door]:
+    return {
+        "chat": OpenAIDoor("/v1/chat/completions", Endpoint.CHAT),
+        "responses": ResponsesDoor(None),
+        "messages": MessagesDoor(),
+    }
+
+
+def _exchange(door: Door) -> Exchange:
+    exchange = Exchange("req-1", Endpoint.CHAT, 0.0, 1e9, {}, b"", principal=PRINCIPAL, door=door)
+    exchange.model_alias = "chat"
+    exchange.usage = Usage(40, 16, reported=True)
+    return exchange
+
+
+async def _one(door: Door, stream: bool) -> None:
+    exchange = _exchange(door)
+    body = await door.request(orjson.loads(RAW[door.api]), exchange)
+    if not stream:
+        await door.response(exchange, orjson.loads(orjson.dumps(ANSWER)) | {"model": body["model"]})
+        return
+    encoder = door.stream(exchange)
+    for raw, data in CHUNKS:
+        encoder.chunk(Chunk(raw, data))
+    encoder.done()
+
+
+RAW = {("chat.completions" if name == "chat" else name): orjson.dumps(body) for name, body in BODIES.items()}
+
+
+def translation(rounds: int, per_round: int) -> dict[str, dict[str, float]]:
+    """CPU µs per request of each door's own work, medians over interleaved rounds."""
+    doors = _doors()
+    loop = asyncio.new_event_loop()
+    samples: dict[tuple[str, bool], list[float]] = {(n, s): [] for n in doors for s in (False, True)}
+    try:
+        for _ in range(rounds):
+            for stream in (False, True):
+                for name, door in doors.items():
+                    run: Callable[[], Any] = lambda d=door, s=stream: _one(d, s)  # noqa: E731
+
+                    async def batch(run: Callable[[], Any] = run) -> None:
+                        for _ in range(per_round):
+                            await run()
+
+                    started = time.process_time()
+                    loop.run_until_complete(batch())
+                    samples[(name, stream)].append((time.process_time() - started) / per_round * 1e6)
+    finally:
+        loop.close()
+    return {
+        ("streamed" if stream else "non-streamed"): {name: statistics.median(samples[(name, stream)]) for name in doors}
+        for stream in (False, True)
+    }
+
+
+def _gateway_config(sim_port: int, port: int, key_hash: str, tmp: Path) -> dict[str, Any]:
+    return {
+        "server": {"host": harness.HOST, "port": port, "workers": 1, "access_log": False},
+        "upstreams": {"sim": {"kind": "openai_compat", "base_url": f"http://{harness.HOST}:{sim_port}/v1"}},
+        "models": {"chat": [{"upstream": "sim", "model": "bench-upstream-model"}]},
+        "tenants": {"bench": {"models": ["*"]}},
+        "keys": [{"tenant": "bench", "hash": key_hash}],
+        "responses": {"sqlite_path": str(tmp / "responses.db")},
+    }
+
+
+def end_to_end(rounds: int, per_round: int) -> dict[str, dict[str, float]]:
+    """The gateway worker's CPU µs per request through each door, medians of interleaved rounds."""
+    from gateway.keys import generate_key, hash_key
+
+    with tempfile.TemporaryDirectory(prefix="tollgate-bench-doors-") as tmp_name:
+        tmp = Path(tmp_name)
+        procs = harness.Processes()
+        try:
+            _, sim_port = harness.start_simulator(procs, tmp)
+            key = generate_key()
+            port = harness.free_port()
+            config = tmp / "gateway.yaml"
+            config.write_text(json.dumps(_gateway_config(sim_port, port, hash_key(key), tmp)))
+            log = tmp / "gateway.log"
+            argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config), "--port", str(port)]
+            proc = procs.start("gateway", argv, log)
+            harness.wait_http_ok(f"http://{harness.HOST}:{port}/healthz", proc, "gateway", log)
+            headers = {"content-type": "application/json", "authorization": f"Bearer {key}", "x-api-key": key}
+            samples: dict[tuple[str, bool], list[float]] = {(n, s): [] for n in PATHS for s in (False, True)}
+            conn = http.client.HTTPConnection(harness.HOST, port, timeout=30)
+            for round_index in range(rounds + 1):  # the first round warms up and is not kept
+                for stream in (False, True):
+                    for name, path in PATHS.items():
+                        body = orjson.dumps({**BODIES[name], "stream": stream})
+                        before = harness.cpu_seconds(proc.pid) or 0.0
+                        for _ in range(per_round):
+                            conn.request("POST", path, body, headers)
+                            response = conn.getresponse()
+                            response.read()
+                            if response.status != 200:
+                                raise harness.BenchError(f"{path}: {response.status}")
+                        spent = (harness.cpu_seconds(proc.pid) or 0.0) - before
+                        if round_index:
+                            samples[(name, stream)].append(spent / per_round * 1e6)
+            conn.close()
+        finally:
+            procs.stop_all()
+    return {
+        ("streamed" if stream else "non-streamed"): {name: statistics.median(samples[(name, stream)]) for name in PATHS}
+        for stream in (False, True)
+    }
+
+
+def _table(figures: dict[str, dict[str, float]], target: bool) -> list[str]:
+    lines = ["| | chat | responses | messages | responses − chat | messages − chat |" + (" met |" if target else ""),
+             "|---|---|---|---|---|---|" + ("---|" if target else "")]
+    for mode, by_door in figures.items():
+        chat = by_door["chat"]
+        extra = [by_door["responses"] - chat, by_door["messages"] - chat]
+        row = f"| {mode} | {chat:.1f} µs | {by_door['responses']:.1f} µs | {by_door['messages']:.1f} µs | "
+        row += " | ".join(f"{e:+.1f} µs" for e in extra) + " |"
+        if target:
+            row += f" {harness.met(max(extra) <= TARGET_US)} |"
+        lines.append(row)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    rounds = 5 if args.quick else 9
+    meta = harness.run_meta(argv)
+    inproc = translation(rounds, 300 if args.quick else 1000)
+    e2e = end_to_end(3 if args.quick else 5, 100 if args.quick else 200)
+    payload = {"meta": meta, "translation_us": inproc, "end_to_end_cpu_us": e2e}
+    harness.save_results("doors", payload)
+    print(json.dumps(payload, indent=2))
+    markdown = "\n".join(
+        [
+            "## Doors",
+            "",
+            f"- Command: `python -m bench.doors{meta['args']}` · {meta['date']} · git {meta['git']}",
+            "- Machine: 2-core VM shared with other work (several engineers' builds and tests running), so the",
+            "  absolute figures are noisy; compare within a table, whose figures come from one run.",
+            "",
+            "A door's own work per request, CPU (the target: at most 0.05 ms over the chat door):",
+            "",
+            *_table(inproc, target=True),
+            "",
+            "The gateway worker's CPU per request, end to end (one worker, the simulator upstream, sequential",
+            "requests; the whole pipeline, which is the same for every door, is in each figure):",
+            "",
+            *_table(e2e, target=False),
+        ]
+    )
+    if not args.no_doc:
+        harness.update_doc("doors", markdown)
+    print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
