@@ -52,7 +52,11 @@ TOOLS_CHAT = [
         "function": {
             "name": "get_weather",
             "description": "The weather in a city.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
         },
     }
 ]
@@ -91,15 +95,24 @@ ANSWER = {
     "object": "chat.completion",
     "created": 1,
     "model": "sim-model",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(WORDS)}, "finish_reason": "stop"}],
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "".join(WORDS)}, "finish_reason": "stop"}
+    ],
     "usage": {"prompt_tokens": 40, "completion_tokens": 16, "total_tokens": 56},
 }
 
 
 def _chunks() -> list[dict[str, Any]]:
     envelope = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "sim-model"}
-    out = [{**envelope, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
-    out += [{**envelope, "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]} for w in WORDS]
+    out = [
+        {
+            **envelope,
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+        }
+    ]
+    out += [
+        {**envelope, "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]} for w in WORDS
+    ]
     out.append({**envelope, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
     out.append({**envelope, "choices": [], "usage": ANSWER["usage"]})
     return out
@@ -133,7 +146,7 @@ async def _one(door: Door, stream: bool) -> None:
     encoder = door.stream(exchange)
     for raw, data in CHUNKS:
         encoder.chunk(Chunk(raw, data))
-    encoder.done()
+    await encoder.done()
 
 
 RAW = {("chat.completions" if name == "chat" else name): orjson.dumps(body) for name, body in BODIES.items()}
@@ -160,7 +173,9 @@ def translation(rounds: int, per_round: int) -> dict[str, dict[str, float]]:
     finally:
         loop.close()
     return {
-        ("streamed" if stream else "non-streamed"): {name: statistics.median(samples[(name, stream)]) for name in doors}
+        ("streamed" if stream else "non-streamed"): {
+            name: statistics.median(samples[(name, stream)]) for name in doors
+        }
         for stream in (False, True)
     }
 
@@ -174,6 +189,18 @@ def _gateway_config(sim_port: int, port: int, key_hash: str, tmp: Path) -> dict[
         "keys": [{"tenant": "bench", "hash": key_hash}],
         "responses": {"sqlite_path": str(tmp / "responses.db")},
     }
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU time of every thread of a process, in nanosecond resolution (/proc's schedstat; its
+    utime and stime count whole clock ticks)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that has just ended
+    return total / 1e9
 
 
 def end_to_end(rounds: int, per_round: int) -> dict[str, dict[str, float]]:
@@ -190,7 +217,16 @@ def end_to_end(rounds: int, per_round: int) -> dict[str, dict[str, float]]:
             config = tmp / "gateway.yaml"
             config.write_text(json.dumps(_gateway_config(sim_port, port, hash_key(key), tmp)))
             log = tmp / "gateway.log"
-            argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config), "--port", str(port)]
+            argv = [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                str(port),
+            ]
             proc = procs.start("gateway", argv, log)
             harness.wait_http_ok(f"http://{harness.HOST}:{port}/healthz", proc, "gateway", log)
             headers = {"content-type": "application/json", "authorization": f"Bearer {key}", "x-api-key": key}
@@ -200,28 +236,33 @@ def end_to_end(rounds: int, per_round: int) -> dict[str, dict[str, float]]:
                 for stream in (False, True):
                     for name, path in PATHS.items():
                         body = orjson.dumps({**BODIES[name], "stream": stream})
-                        before = harness.cpu_seconds(proc.pid) or 0.0
+                        before = _cpu_s(proc.pid)
                         for _ in range(per_round):
                             conn.request("POST", path, body, headers)
                             response = conn.getresponse()
                             response.read()
                             if response.status != 200:
                                 raise harness.BenchError(f"{path}: {response.status}")
-                        spent = (harness.cpu_seconds(proc.pid) or 0.0) - before
+                        spent = _cpu_s(proc.pid) - before
                         if round_index:
                             samples[(name, stream)].append(spent / per_round * 1e6)
             conn.close()
         finally:
             procs.stop_all()
     return {
-        ("streamed" if stream else "non-streamed"): {name: statistics.median(samples[(name, stream)]) for name in PATHS}
+        ("streamed" if stream else "non-streamed"): {
+            name: statistics.median(samples[(name, stream)]) for name in PATHS
+        }
         for stream in (False, True)
     }
 
 
 def _table(figures: dict[str, dict[str, float]], target: bool) -> list[str]:
-    lines = ["| | chat | responses | messages | responses − chat | messages − chat |" + (" met |" if target else ""),
-             "|---|---|---|---|---|---|" + ("---|" if target else "")]
+    lines = [
+        "| | chat | responses | messages | responses - chat | messages - chat |"
+        + (" met |" if target else ""),
+        "|---|---|---|---|---|---|" + ("---|" if target else ""),
+    ]
     for mode, by_door in figures.items():
         chat = by_door["chat"]
         extra = [by_door["responses"] - chat, by_door["messages"] - chat]
@@ -250,15 +291,15 @@ def main(argv: list[str] | None = None) -> int:
             "## Doors",
             "",
             f"- Command: `python -m bench.doors{meta['args']}` · {meta['date']} · git {meta['git']}",
-            "- Machine: 2-core VM shared with other work (several engineers' builds and tests running), so the",
-            "  absolute figures are noisy; compare within a table, whose figures come from one run.",
+            "- Machine: 2-core VM shared with other work (other builds and test runs at the same time),",
+            "  so absolute figures are noisy; compare within a table, whose figures come from one run.",
             "",
             "A door's own work per request, CPU (the target: at most 0.05 ms over the chat door):",
             "",
             *_table(inproc, target=True),
             "",
-            "The gateway worker's CPU per request, end to end (one worker, the simulator upstream, sequential",
-            "requests; the whole pipeline, which is the same for every door, is in each figure):",
+            "The gateway worker's CPU per request, end to end (one worker, the simulator upstream,",
+            "sequential requests; the whole pipeline, the same for every door, is in each figure):",
             "",
             *_table(e2e, target=False),
         ]

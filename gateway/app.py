@@ -193,7 +193,6 @@ def build_services(
         records = response_records_from(config)
         doors = build_doors(records)
         responses_door = doors.find(ResponsesDoor)
-        finishers.append(responses_door)  # it stores what /v1/responses answered
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
         pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
 

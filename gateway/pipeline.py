@@ -107,7 +107,7 @@ class Pipeline:
                     for out in self._guard_chunk(exchange, held, index + 1):
                         if event := encoder.chunk(out):
                             yield event
-            yield encoder.done()
+            yield await encoder.done()
         except GatewayError as exc:  # upstream failures, and a guard's own refusal or failure
             if isinstance(exc, UpstreamError):
                 try:

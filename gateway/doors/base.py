@@ -26,8 +26,9 @@ class StreamEncoder(Protocol):
         """The events for one guarded chunk (b"" when it yields none yet)."""
         ...
 
-    def done(self) -> bytes:
-        """The closing events, once the upstream stream has ended and every guard is flushed."""
+    async def done(self) -> bytes:
+        """The closing events, once the upstream stream has ended and every guard is flushed
+        (async: a door may store what it answered before the client sees the end)."""
         ...
 
     def error(self, error: GatewayError) -> bytes:

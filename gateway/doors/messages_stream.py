@@ -61,7 +61,7 @@ class MessagesStream:
                 self._finish = choice
         return b"".join(out)
 
-    def done(self) -> bytes:
+    async def done(self) -> bytes:
         out: list[bytes] = [] if self._started else [self._start()]
         self._close(out)
         reason, sequence = stop_reason(self._finish, self._state)

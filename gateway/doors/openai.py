@@ -23,7 +23,7 @@ class OpenAIStream:
     def chunk(self, chunk: Chunk) -> bytes:
         return b"data: " + chunk.encoded() + b"\n\n"
 
-    def done(self) -> bytes:
+    async def done(self) -> bytes:
         return DONE_EVENT
 
     def error(self, error: GatewayError) -> bytes:

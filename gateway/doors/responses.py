@@ -4,16 +4,17 @@ Agents SDK's default model.
 The request becomes a chat body (`responses_request.py`), after the stored conversation of
 `previous_response_id` when there is one; the guarded chat answer becomes a Response (here)
 or the Responses stream events (`responses_stream.py`); errors are OpenAI's. Unless the
-client sends `store: false`, the finished response is stored (`response_store.py`) by this
-door's finisher, for `previous_response_id`, `GET /v1/responses/{id}` and delete.
+client sends `store: false`, the finished response is stored (`response_store.py`) before the
+client gets it, for `previous_response_id`, `GET /v1/responses/{id}` and delete.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -25,6 +26,8 @@ from gateway.doors.response_store import ResponseRecords, StoredResponse
 from gateway.doors.responses_request import chat_body, input_messages
 from gateway.errors import GatewayError, NotFound
 from gateway.exchange import Endpoint, Exchange, Usage
+
+logger = logging.getLogger("tollgate.doors")
 
 PATH = "/v1/responses"
 # Finish reasons that leave a response incomplete, and the reason Responses gives
@@ -54,8 +57,7 @@ class ResponsesState:
     store: bool
     history: list[dict[str, Any]]  # the stored conversation this one continues
     turn: list[dict[str, Any]]  # this turn's input, as chat messages
-    final: dict[str, Any] | None = None  # the Response as the client got it, once complete
-    answer: list[dict[str, Any]] = field(default_factory=list)  # the model's answer, as chat messages
+    records: ResponseRecords | None  # where it is stored, when `store`
 
 
 def not_found(response_id: str, param: str | None = None) -> NotFound:
@@ -68,7 +70,6 @@ class ResponsesDoor:
     api = "responses"
     path = PATH
     endpoint = Endpoint.CHAT
-    name = "responses_store"  # as a finisher
 
     def __init__(self, records: ResponseRecords | None) -> None:
         self.records = records  # None: nothing is stored (`store` is answered false)
@@ -99,6 +100,7 @@ class ResponsesDoor:
             store=store,
             history=history,
             turn=turn,
+            records=self.records,
         )
         return chat
 
@@ -126,7 +128,7 @@ class ResponsesDoor:
                     )
                 )
         finish = choice.get("finish_reason")
-        final = finished(exchange, output, finish if isinstance(finish, str) else None)
+        final = await finished(exchange, output, finish if isinstance(finish, str) else None)
         return orjson.dumps(final)
 
     def stream(self, exchange: Exchange) -> StreamEncoder:
@@ -137,33 +139,26 @@ class ResponsesDoor:
     def error(self, error: GatewayError) -> tuple[int, bytes]:
         return openai_error(error)
 
-    async def finish(self, exchange: Exchange) -> None:
-        """Store a completed response the client asked to be stored (a finisher)."""
-        state = exchange.door_state
-        if (
-            exchange.door is not self
-            or not isinstance(state, ResponsesState)
-            or not state.store
-            or state.final is None
-            or exchange.status != 200
-            or self.records is None
-            or exchange.principal is None
-        ):
-            return
-        messages = [*state.history, *state.turn, *state.answer]
-        await self.records.save(exchange.principal, state.response_id, StoredResponse(state.final, messages))
 
-
-def finished(exchange: Exchange, output: list[dict[str, Any]], finish: str | None) -> dict[str, Any]:
-    """The complete Response; remembers it (and the answer as chat messages) for the store."""
+async def finished(exchange: Exchange, output: list[dict[str, Any]], finish: str | None) -> dict[str, Any]:
+    """The complete Response, stored first when the client asked for it: a client may send
+    the next turn (`previous_response_id`) the moment it has this one. Should the store fail,
+    the client still gets its answer, marked `store: false`, and the failure is logged."""
     state: ResponsesState = exchange.door_state
     reason = INCOMPLETE.get(finish) if finish else None
     final = response_object(state, exchange.model_alias, "incomplete" if reason else "completed", output)
     final["usage"] = usage(exchange.usage)
     if reason:
         final["incomplete_details"] = {"reason": reason}
-    state.final = final
-    state.answer = answer_messages(output)
+    if state.store and state.records is not None and exchange.principal is not None:
+        messages = [*state.history, *state.turn, *answer_messages(output)]
+        try:
+            await state.records.save(exchange.principal, state.response_id, StoredResponse(final, messages))
+        except GatewayError as exc:
+            logger.warning(
+                "response not stored", extra={"request_id": exchange.request_id, "error": exc.code}
+            )
+            final["store"] = False
     return final
 
 

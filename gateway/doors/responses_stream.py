@@ -92,11 +92,11 @@ class ResponsesStream:
                 self._finish = finish
         return self._flush()
 
-    def done(self) -> bytes:
+    async def done(self) -> bytes:
         if not self._started:
             self._start()
         self._close()
-        final = finished(self._exchange, self._items, self._finish)
+        final = await finished(self._exchange, self._items, self._finish)
         kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
         self._emit(kind, {"response": final})
         return self._flush()

@@ -298,9 +298,12 @@ def test_stored_responses_are_redacted(
     )
     assert email in response.output_text  # the client gets its answer as it is
     with sqlite3.connect(responses_db) as db:
-        stored = b"".join(bytes(row[0]) for row in db.execute("SELECT record FROM responses"))
-    assert email.encode() not in stored
-    assert response.id.encode() not in stored  # stored under a hash of tenant and id
+        rows = list(db.execute("SELECT key, record FROM responses"))
+    stored = b"".join(bytes(record) for _, record in rows)
+    assert response.id.encode() in stored  # it is there (stored before the client got it)...
+    assert email.encode() not in stored  # ...redacted
+    assert b"mail [EMAIL] please" in stored
+    assert all(response.id not in key for key, _ in rows)  # keyed by a hash of tenant and id
     assert oai.responses.retrieve(response.id).id == response.id
 
 
