@@ -8,7 +8,7 @@
     response.reasoning_text.delta / .done                      a reasoning item's text
     response.function_call_arguments.delta / .done             a function_call item's arguments
     response.completed (or response.incomplete), with usage    when the stream has ended
-    error                                                      a failure after the stream started
+    error, response.failed                                     a failure after the stream started
 
 Every event carries the next `sequence_number`; an item is closed when the next one begins or
 the choice finishes. Only the first choice is translated (the door never asks for more).
@@ -102,7 +102,12 @@ class ResponsesStream:
         return self._flush()
 
     def error(self, error: GatewayError) -> bytes:
+        """An `error` event, then `response.failed` with what was produced so far."""
         self._emit("error", {"code": error.code, "message": error.message, "param": error.param})
+        if self._started:
+            failed = response_object(self._state, self._exchange.model_alias, "failed", self._items)
+            failed["error"] = {"code": error.code or "server_error", "message": error.message}
+            self._emit("response.failed", {"response": failed})
         return self._flush()
 
     def _emit(self, kind: str, data: dict[str, Any]) -> None:
