@@ -102,9 +102,10 @@ def test_a_cut_messages_stream_ends_in_anthropics_error_event(
     assert "message_stop" not in [n for n, _ in events]
     with (
         anthropic.Anthropic(base_url=gateway.url, api_key=TEST_KEY, max_retries=0) as client,
-        pytest.raises(anthropic.APIStatusError),client.messages.stream(
-        model="chat", max_tokens=32, messages=[{"role": "user", "content": "hi"}], extra_body=CUT
-    ) as stream
+        pytest.raises(anthropic.APIStatusError),
+        client.messages.stream(
+            model="chat", max_tokens=32, messages=[{"role": "user", "content": "hi"}], extra_body=CUT
+        ) as stream,
     ):
         stream.get_final_message()
 
