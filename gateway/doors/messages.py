@@ -17,18 +17,7 @@ import orjson
 
 from gateway.doors.base import StreamEncoder
 from gateway.doors.messages_request import chat_body, thinking_effort
-from gateway.errors import (
-    AuthenticationFailed,
-    GatewayError,
-    NotFound,
-    PayloadTooLarge,
-    PermissionDenied,
-    QuotaExceeded,
-    RateLimitExceeded,
-    UpstreamRejected,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-)
+from gateway.errors import GatewayError, UpstreamUnavailable
 from gateway.exchange import Endpoint, Exchange, Usage
 
 PATH = "/v1/messages"
@@ -41,6 +30,13 @@ STOP_REASONS = {
 }
 OVERLOADED_STATUS = 529  # Anthropic's status for "overloaded": no capacity now, retry later
 _CAPACITY_CODES = frozenset({"upstream_unavailable", "shutting_down", "starting"})
+_BY_STATUS = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    504: "timeout_error",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,20 +161,12 @@ def error_body(kind: str, text: str) -> dict[str, Any]:
 
 def error_kind(error: GatewayError) -> tuple[int, str]:
     """Anthropic's status and error type for a gateway error (docs/api-compat.md, "Errors")."""
+    status = error.status
+    if status == 429:  # the gateway's limits and budgets, and upstreams that rate limit it
+        return 429, "rate_limit_error"
     if isinstance(error, UpstreamUnavailable) or error.code in _CAPACITY_CODES:
         return OVERLOADED_STATUS, "overloaded_error"
-    if isinstance(error, RateLimitExceeded | QuotaExceeded):
-        return 429, "rate_limit_error"
-    if isinstance(error, AuthenticationFailed):
-        return 401, "authentication_error"
-    if isinstance(error, PermissionDenied):
-        return 403, "permission_error"
-    if isinstance(error, NotFound):
-        return 404, "not_found_error"
-    if isinstance(error, PayloadTooLarge):
-        return 413, "request_too_large"
-    if isinstance(error, UpstreamTimeout):
-        return 504, "timeout_error"
-    if isinstance(error, UpstreamRejected) or 400 <= error.status < 500:
-        return error.status, "invalid_request_error"
-    return error.status, "api_error"
+    kind = _BY_STATUS.get(status)
+    if kind is not None:
+        return status, kind
+    return status, "invalid_request_error" if 400 <= status < 500 else "api_error"

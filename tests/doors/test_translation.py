@@ -48,6 +48,9 @@ from gateway.exchange import Usage
         (UpstreamError("x"), 502, "api_error"),
         (InternalError("r1"), 500, "api_error"),
         (GatewayError("The gateway is starting.", code="starting"), 529, "overloaded_error"),
+        (UpstreamUnavailable("x", status=429, code="upstream_rate_limited"), 429, "rate_limit_error"),
+        (UpstreamRejected("x", status=413), 413, "request_too_large"),
+        (PermissionDenied("Denied by policy: no.", code="policy_denied"), 403, "permission_error"),
     ],
 )
 def test_anthropic_errors(error: GatewayError, status: int, kind: str) -> None:
