@@ -28,7 +28,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ TARGET_US = 50.0  # at most 0.05 ms of CPU per request over the chat door
 WORDS = [f"tok{i}" if i == 0 else f" tok{i}" for i in range(16)]
 SYSTEM = "You are a careful assistant. Answer briefly."
 QUESTION = "What is the weather in Oslo today, and should I take an umbrella?"
-TOOLS_CHAT = [
+TOOLS_CHAT: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
@@ -118,7 +117,30 @@ def _chunks() -> list[dict[str, Any]]:
     return out
 
 
-CHUNKS = [(orjson.dumps(c), c) for c in _chunks()]
+def _call_chunks() -> list[dict[str, Any]]:
+    """A streamed tool call: its arguments in 4-character pieces, as the simulator sends them."""
+    envelope = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "sim-model"}
+    arguments = '{"city":"Oslo","unit":"celsius","days":3}'
+    call = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": ""},
+    }
+    out = [{**envelope, "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}}]}]
+    for i in range(0, len(arguments), 4):
+        piece = {"tool_calls": [{"index": 0, "function": {"arguments": arguments[i : i + 4]}}]}
+        out.append({**envelope, "choices": [{"index": 0, "delta": piece, "finish_reason": None}]})
+    out.append({**envelope, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    out.append({**envelope, "choices": [], "usage": ANSWER["usage"]})
+    return out
+
+
+CHUNKS = {
+    "streamed text": [(orjson.dumps(c), c) for c in _chunks()],
+    "streamed tool call": [(orjson.dumps(c), c) for c in _call_chunks()],
+}
+MODES = ("non-streamed", *CHUNKS)
 PRINCIPAL = Principal(Tenant("bench"), "k-bench")
 
 
@@ -137,14 +159,14 @@ def _exchange(door: Door) -> Exchange:
     return exchange
 
 
-async def _one(door: Door, stream: bool) -> None:
+async def _one(door: Door, mode: str) -> None:
     exchange = _exchange(door)
     body = await door.request(orjson.loads(RAW[door.api]), exchange)
-    if not stream:
+    if mode == "non-streamed":
         await door.response(exchange, orjson.loads(orjson.dumps(ANSWER)) | {"model": body["model"]})
         return
     encoder = door.stream(exchange)
-    for raw, data in CHUNKS:
+    for raw, data in CHUNKS[mode]:
         encoder.chunk(Chunk(raw, data))
     await encoder.done()
 
@@ -156,28 +178,22 @@ def translation(rounds: int, per_round: int) -> dict[str, dict[str, float]]:
     """CPU µs per request of each door's own work, medians over interleaved rounds."""
     doors = _doors()
     loop = asyncio.new_event_loop()
-    samples: dict[tuple[str, bool], list[float]] = {(n, s): [] for n in doors for s in (False, True)}
+    samples: dict[tuple[str, str], list[float]] = {(n, m): [] for n in doors for m in MODES}
+
+    async def batch(door: Door, mode: str) -> None:
+        for _ in range(per_round):
+            await _one(door, mode)
+
     try:
         for _ in range(rounds):
-            for stream in (False, True):
+            for mode in MODES:
                 for name, door in doors.items():
-                    run: Callable[[], Any] = lambda d=door, s=stream: _one(d, s)  # noqa: E731
-
-                    async def batch(run: Callable[[], Any] = run) -> None:
-                        for _ in range(per_round):
-                            await run()
-
                     started = time.process_time()
-                    loop.run_until_complete(batch())
-                    samples[(name, stream)].append((time.process_time() - started) / per_round * 1e6)
+                    loop.run_until_complete(batch(door, mode))
+                    samples[(name, mode)].append((time.process_time() - started) / per_round * 1e6)
     finally:
         loop.close()
-    return {
-        ("streamed" if stream else "non-streamed"): {
-            name: statistics.median(samples[(name, stream)]) for name in doors
-        }
-        for stream in (False, True)
-    }
+    return {mode: {name: statistics.median(samples[(name, mode)]) for name in doors} for mode in MODES}
 
 
 def _gateway_config(sim_port: int, port: int, key_hash: str, tmp: Path) -> dict[str, Any]:
@@ -233,8 +249,11 @@ def end_to_end(rounds: int, per_round: int) -> dict[str, dict[str, float]]:
             samples: dict[tuple[str, bool], list[float]] = {(n, s): [] for n in PATHS for s in (False, True)}
             conn = http.client.HTTPConnection(harness.HOST, port, timeout=30)
             for round_index in range(rounds + 1):  # the first round warms up and is not kept
+                names = list(PATHS)
+                order = names[round_index % 3 :] + names[: round_index % 3]  # each door leads in turn
                 for stream in (False, True):
-                    for name, path in PATHS.items():
+                    for name in order:
+                        path = PATHS[name]
                         body = orjson.dumps({**BODIES[name], "stream": stream})
                         before = _cpu_s(proc.pid)
                         for _ in range(per_round):
@@ -282,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = 5 if args.quick else 9
     meta = harness.run_meta(argv)
     inproc = translation(rounds, 300 if args.quick else 1000)
-    e2e = end_to_end(3 if args.quick else 5, 100 if args.quick else 200)
+    e2e = end_to_end(3 if args.quick else 9, 100 if args.quick else 300)
     payload = {"meta": meta, "translation_us": inproc, "end_to_end_cpu_us": e2e}
     harness.save_results("doors", payload)
     print(json.dumps(payload, indent=2))

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from gateway.doors.chunks import continued
 from gateway.doors.messages import MessagesState, error_body, error_kind, stop_reason, usage
 from gateway.doors.sse import named_event
 from gateway.errors import GatewayError
@@ -23,10 +24,16 @@ from gateway.exchange import Exchange
 from gateway.ports import Chunk
 
 _PING = named_event("ping", {"type": "ping"})
+_CONTINUED = {"text": "content", "tool_use": "arguments"}  # what a fast chunk may add to the open block
+_DELTAS = {  # a block's delta type and its text's field
+    "text": (b"text_delta", b"text"),
+    "thinking": (b"thinking_delta", b"thinking"),
+    "tool_use": (b"input_json_delta", b"partial_json"),
+}
 
 
 class MessagesStream:
-    __slots__ = ("_block", "_exchange", "_finish", "_next", "_started", "_state", "_text_head", "_tool")
+    __slots__ = ("_block", "_delta_head", "_exchange", "_finish", "_next", "_started", "_state", "_tool")
 
     def __init__(self, exchange: Exchange) -> None:
         self._exchange = exchange
@@ -36,17 +43,14 @@ class MessagesStream:
         self._tool = -1  # the chat index of the open tool call
         self._next = 0  # the next block's index
         self._finish: dict[str, Any] = {}
-        self._text_head = b""  # the open text block's delta event, up to its text
+        self._delta_head = b""  # the open block's delta event, up to its text
 
     def chunk(self, chunk: Chunk) -> bytes:
         choices = chunk.data.get("choices")
-        if self._block == "text" and choices and len(choices) == 1:  # the common case: more text
-            choice = choices[0]
-            delta = choice.get("delta") if choice.__class__ is dict else None
-            if delta and len(delta) == 1 and choice.get("finish_reason") is None and not choice.get("index"):
-                content = delta.get("content")
-                if content and content.__class__ is str:
-                    return self._text_head + orjson.dumps(content) + b"}}\n\n"
+        if self._block is not None and choices:
+            more = continued(choices, _CONTINUED.get(self._block), self._tool)
+            if more is not None:  # the common case: more text, or more arguments, for the open block
+                return self._delta_head + orjson.dumps(more) + b"}}\n\n"
         out: list[bytes] = []
         if not self._started:
             out.append(self._start())
@@ -102,12 +106,12 @@ class MessagesStream:
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(reasoning, str) and reasoning:
                 self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""}, out)
-                out.append(self._block_delta({"type": "thinking_delta", "thinking": reasoning}))
+                out.append(self._delta_head + orjson.dumps(reasoning) + b"}}\n\n")
         for field in ("content", "refusal"):
             text = delta.get(field)
             if isinstance(text, str) and text:
                 self._open("text", {"type": "text", "text": ""}, out)
-                out.append(self._text_head + orjson.dumps(text) + b"}}\n\n")
+                out.append(self._delta_head + orjson.dumps(text) + b"}}\n\n")
         for call in delta.get("tool_calls") or ():
             if isinstance(call, dict):
                 self._call(call, out)
@@ -128,7 +132,7 @@ class MessagesStream:
             self._open("tool_use", block, out)
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
-            out.append(self._block_delta({"type": "input_json_delta", "partial_json": arguments}))
+            out.append(self._delta_head + orjson.dumps(arguments) + b"}}\n\n")
 
     def _open(self, kind: str, block: dict[str, Any], out: list[bytes]) -> None:
         if self._block == kind and kind != "tool_use":
@@ -136,21 +140,15 @@ class MessagesStream:
         if self._block is not None and kind != "tool_use":
             self._close(out)
         self._block = kind
-        if kind == "text":
-            self._text_head = (
-                b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,' % (self._next)
-                + b'"delta":{"type":"text_delta","text":'
-            )
+        delta_type, field = _DELTAS[kind]
+        self._delta_head = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,' % (
+            self._next
+        ) + b'"delta":{"type":"%s","%s":' % (delta_type, field)
         out.append(
             named_event(
                 "content_block_start",
                 {"type": "content_block_start", "index": self._next, "content_block": block},
             )
-        )
-
-    def _block_delta(self, delta: dict[str, Any]) -> bytes:
-        return named_event(
-            "content_block_delta", {"type": "content_block_delta", "index": self._next, "delta": delta}
         )
 
     def _close(self, out: list[bytes]) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from gateway.doors.chunks import continued
 from gateway.doors.responses import (
     ResponsesState,
     call_item,
@@ -33,10 +34,18 @@ from gateway.errors import GatewayError
 from gateway.exchange import Exchange
 from gateway.ports import Chunk
 
+_CONTINUED = {"message": "content", "function_call": "arguments"}  # what a fast chunk may add
+_DELTA_EVENTS = {
+    "message": "response.output_text.delta",
+    "reasoning": "response.reasoning_text.delta",
+    "function_call": "response.function_call_arguments.delta",
+}
+
 
 class ResponsesStream:
     __slots__ = (
         "_call",
+        "_delta_head",
         "_exchange",
         "_finish",
         "_items",
@@ -46,7 +55,6 @@ class ResponsesStream:
         "_started",
         "_state",
         "_text",
-        "_text_head",
     )
 
     def __init__(self, exchange: Exchange) -> None:
@@ -60,24 +68,17 @@ class ResponsesStream:
         self._call: dict[str, Any] = {}  # the open function call: chat index, ids, name
         self._finish: str | None = None
         self._out: list[bytes] = []
-        self._text_head = b""  # the open message's text delta event, up to its delta
+        self._delta_head = b""  # the open item's delta event, up to its delta
 
     def chunk(self, chunk: Chunk) -> bytes:
         choices = chunk.data.get("choices")
-        if self._kind == "message" and choices and len(choices) == 1:  # the common case: more text
-            choice = choices[0]
-            delta = choice.get("delta") if choice.__class__ is dict else None
-            if delta and len(delta) == 1 and choice.get("finish_reason") is None and not choice.get("index"):
-                content = delta.get("content")
-                if content and content.__class__ is str:
-                    sequence = self._sequence
-                    self._sequence = sequence + 1
-                    self._text.append(content)
-                    return b'%s%s,"sequence_number":%d}\n\n' % (
-                        self._text_head,
-                        orjson.dumps(content),
-                        sequence,
-                    )
+        if self._kind is not None and choices:
+            more = continued(choices, _CONTINUED.get(self._kind), self._call.get("index"))
+            if more is not None:  # the common case: more text, or more arguments, for the open item
+                sequence = self._sequence
+                self._sequence = sequence + 1
+                self._text.append(more)
+                return b'%s%s,"sequence_number":%d}\n\n' % (self._delta_head, orjson.dumps(more), sequence)
         if not self._started:
             self._start()
         for choice in choices or ():
@@ -139,10 +140,7 @@ class ResponsesStream:
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             self._open("reasoning")
-            self._emit(
-                "response.reasoning_text.delta", {**self._where(), "content_index": 0, "delta": reasoning}
-            )
-            self._text.append(reasoning)
+            self._text_delta(reasoning)
         content = delta.get("content")
         if isinstance(content, str) and content:
             self._open("message")
@@ -165,16 +163,15 @@ class ResponsesStream:
             self._open("function_call")
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
-            self._emit("response.function_call_arguments.delta", {**self._where(), "delta": arguments})
-            self._text.append(arguments)
+            self._text_delta(arguments)
 
-    def _text_delta(self, content: str) -> None:
-        """A response.output_text.delta event, its fixed part encoded once per message."""
+    def _text_delta(self, text: str) -> None:
+        """The open item's delta event, its fixed part encoded once per item."""
         self._out.append(
-            self._text_head + orjson.dumps(content) + b',"sequence_number":%d}\n\n' % self._sequence
+            self._delta_head + orjson.dumps(text) + b',"sequence_number":%d}\n\n' % self._sequence
         )
         self._sequence += 1
-        self._text.append(content)
+        self._text.append(text)
 
     def _where(self) -> dict[str, Any]:
         return {"item_id": self._call["id"], "output_index": len(self._items)}
@@ -197,10 +194,16 @@ class ResponsesStream:
         else:
             item = call_item(item_id, self._call["call_id"], self._call["name"], "", "in_progress")
         self._emit("response.output_item.added", {"output_index": output_index, "item": item})
+        delta_kind = _DELTA_EVENTS[kind]
+        where: dict[str, Any] = {"type": delta_kind, "item_id": item_id, "output_index": output_index}
+        if kind != "function_call":
+            where["content_index"] = 0
         if kind == "message":
-            where = {"item_id": item_id, "output_index": output_index, "content_index": 0, "logprobs": []}
-            head = orjson.dumps({"type": "response.output_text.delta", **where})[:-1]
-            self._text_head = b"event: response.output_text.delta\ndata: " + head + b',"delta":'
+            where["logprobs"] = []
+        self._delta_head = (
+            b"event: %s\ndata: %s," % (delta_kind.encode(), orjson.dumps(where)[:-1]) + b'"delta":'
+        )
+        if kind == "message":
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             self._emit(
                 "response.content_part.added",
