@@ -32,13 +32,13 @@ from gateway.doors.fields import (
     unsupported,
 )
 
-_ROLES = frozenset({"user", "assistant", "system", "developer"})
+_ROLES = ("user", "assistant", "system", "developer")  # a tuple: any JSON value can be looked up
 _REFUSED = {
     "background": "Background responses",
     "conversation": "Conversations",
     "prompt": "Prompt templates",
 }
-_EFFORTS = frozenset({"none", "minimal", "low", "medium", "high", "xhigh"})
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 
 def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:

@@ -138,7 +138,7 @@ RESPONSES_BODY = st.fixed_dictionaries(
     },
 )
 FUZZ = settings(
-    max_examples=150,
+    max_examples=300,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

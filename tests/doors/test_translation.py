@@ -231,6 +231,8 @@ def test_a_responses_request_becomes_a_chat_request() -> None:
         ({"model": "m", "input": "x", "background": True}, "background"),
         ({"model": "m", "input": "x", "text": {"format": {"type": "yaml"}}}, "text.format.type"),
         ({"model": "m", "input": "x", "reasoning": {"effort": "max"}}, "reasoning.effort"),
+        ({"model": "m", "input": [{"type": "message", "role": []}]}, "input[0].role"),  # found by the fuzzer
+        ({"model": "m", "input": "x", "reasoning": {"effort": ["low"]}}, "reasoning.effort"),
     ],
 )
 def test_responses_requests_refused_name_the_field(body: dict[str, Any], param: str) -> None:
