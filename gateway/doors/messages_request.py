@@ -37,7 +37,6 @@ _PASSED = ("temperature", "top_p", "top_k")
 _REFUSED = {
     "mcp_servers": "MCP servers run by the API",
     "container": "Code-execution containers",
-    "context_management": "Server-side context management",
 }
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
