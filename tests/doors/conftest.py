@@ -30,6 +30,10 @@ def doors_config(
             "chat": [{"upstream": "local", "model": "sim-model"}],
             "kimi": [{"upstream": "thinking", "model": "@cf/moonshotai/kimi-k2.6"}],
             "dead": [{"upstream": "dead", "model": "sim-model"}],
+            "dead-first": [
+                {"upstream": "dead", "model": "sim-model"},
+                {"upstream": "local", "model": "sim-model"},
+            ],
         },
         responses={"sqlite_path": str(responses_db), "retention_s": 3600},
         **overrides,
