@@ -12,6 +12,7 @@ translated (the door never asks for more).
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import orjson
@@ -125,7 +126,7 @@ class MessagesStream:
             self._tool = index
             block: dict[str, Any] = {
                 "type": "tool_use",
-                "id": call.get("id") or "",
+                "id": call.get("id") or f"toolu_{secrets.token_hex(12)}",
                 "name": function.get("name") or "",
                 "input": {},
             }
