@@ -35,7 +35,7 @@ def doors_config(
                 {"upstream": "local", "model": "sim-model"},
             ],
         },
-        responses={"sqlite_path": str(responses_db), "retention_s": 3600},
+        responses={"sqlite_path": str(responses_db), "retention_s": 3600, **overrides.pop("responses", {})},
         **overrides,
     )
 

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import openai
 import pytest
 
 from adapters.responses.redis import RedisResponseStore
@@ -16,7 +17,10 @@ from adapters.responses.sqlite import SQLiteResponseStore
 from gateway.doors.response_store import ResponseRecords, ResponseStore, StoredResponse, store_key
 from gateway.errors import StateStoreUnavailable
 from gateway.exchange import Principal, Tenant
+from simulator import RunningSimulator
+from tests.doors.conftest import doors_config
 from tests.metering.conftest import REDIS_URL, delete_prefix
+from tests.servers import TEST_KEY, running_gateway
 
 ALPHA = Principal(Tenant("alpha"), "k-alpha")
 BETA = Principal(Tenant("beta"), "k-beta")
@@ -94,3 +98,29 @@ def _mask(value: object) -> object:
     if isinstance(value, list):
         return [_mask(v) for v in value]
     return "[MASKED]" if isinstance(value, str) and "secret" in value else value
+
+
+def test_two_replicas_share_conversations_through_redis(
+    upstream_sim: RunningSimulator, tmp_path: Path
+) -> None:
+    """A conversation begun on one gateway continues on another, as behind a load balancer."""
+    prefix = f"tgtest-{uuid.uuid4().hex[:12]}"
+    store = {"store": "redis", "redis_url": REDIS_URL, "key_prefix": prefix}
+    try:
+        with (
+            running_gateway(doors_config(upstream_sim, tmp_path / "a.db", responses=store)) as first,
+            running_gateway(doors_config(upstream_sim, tmp_path / "b.db", responses=store)) as second,
+            openai.OpenAI(base_url=first.base_url, api_key=TEST_KEY, max_retries=0) as on_first,
+            openai.OpenAI(base_url=second.base_url, api_key=TEST_KEY, max_retries=0) as on_second,
+        ):
+            begun = on_first.responses.create(model="chat", input="hello")
+            continued = on_second.responses.create(
+                model="chat", input="and more", previous_response_id=begun.id
+            )
+            assert on_second.responses.retrieve(continued.id).previous_response_id == begun.id
+            on_first.responses.delete(continued.id)
+            with pytest.raises(openai.NotFoundError):
+                on_second.responses.retrieve(continued.id)
+        assert not (tmp_path / "a.db").exists()  # nothing went to the SQLite default
+    finally:
+        delete_prefix(prefix)
