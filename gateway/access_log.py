@@ -37,6 +37,9 @@ class AccessLog:
                 "endpoint": exchange.endpoint.value,
                 "api": exchange.api,
                 "model": exchange.model_alias or None,
+                "routed_alias": exchange.routed_alias,  # the alias a policy moved the request to
+                "workflow": exchange.workflow,
+                "priority": exchange.priority,
                 "upstream": last.upstream if last else None,
                 "upstream_model": last.model if last else None,
                 "replica": last.replica if last else None,  # index in the upstream's `replicas`

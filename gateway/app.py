@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from adapters.audit import build_audit_writer
 from adapters.policy import open_policy_engine
@@ -27,11 +28,11 @@ from gateway.config import (
     metrics_dir_from_env,
 )
 from gateway.doors.messages import MessagesDoor
-from gateway.doors.registry import build_doors
+from gateway.doors.registry import Doors, build_doors
 from gateway.doors.response_store import ResponseRecords
 from gateway.doors.responses import ResponsesDoor
 from gateway.doors.routes import DoorRoutes
-from gateway.exchange import Candidate, Principal, Tenant
+from gateway.exchange import Principal, Tenant
 from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
@@ -39,6 +40,7 @@ from gateway.keys import KeyRing, key_id
 from gateway.metering.counted import CountedUsage
 from gateway.metering.idempotency import IdempotencyOnly
 from gateway.metering.parts import metering_parts, state_config
+from gateway.metering.prices import PriceBook
 from gateway.metering.produced import ProducedText
 from gateway.pipeline import Finisher, Pipeline, Stage
 from gateway.policy.cache import DecisionCache
@@ -47,11 +49,14 @@ from gateway.redaction.guard import RedactionGuard
 from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
 from gateway.request_ids import UpstreamIds
+from gateway.routing.choice import LatencyBoard
 from gateway.routing.probes import HealthProber
 from gateway.routing.readiness import upstream_readiness
+from gateway.routing.tables import candidates_from, live_choices, mirror_from
 from gateway.routing.upstream_route import build_routes, probe_targets
 from gateway.stages.admit import Admit
 from gateway.stages.decide import Decide
+from gateway.stages.label import Label
 from gateway.stages.redact import Redact
 from gateway.stages.route import Route
 from gateway.tools.context_cap import ContextCap
@@ -70,7 +75,11 @@ def tenants_from(config: GatewayConfig) -> dict[str, Tenant]:
 
 def keyring_from(config: GatewayConfig, tenants: dict[str, Tenant]) -> KeyRing:
     return KeyRing(
-        (key.hash, Principal(tenants[key.tenant], key_id(key.hash), key.label)) for key in config.keys
+        (
+            key.hash,
+            Principal(tenants[key.tenant], key_id(key.hash), key.label, key.workflow, key.priority),
+        )
+        for key in config.keys
     )
 
 
@@ -107,12 +116,43 @@ def decide_from(
     )
 
 
-def response_records_from(config: GatewayConfig) -> ResponseRecords | None:
-    """The stored responses of /v1/responses, or None when storing is off."""
+@dataclass(frozen=True, slots=True)
+class DoorParts:
+    """The client APIs (gateway/doors), their routes beside the model calls, and the closing
+    of the responses store."""
+
+    doors: Doors
+    routes: DoorRoutes
+    aclose: Callable[[], Awaitable[None]]
+
+
+def door_parts_from(config: GatewayConfig, admit: Admit, route: Route) -> DoorParts:
     store = build_response_store(config.responses)
-    if store is None:
-        return None
-    return ResponseRecords(store, config.responses.retention_s, scrubber_for(config).record)
+    records = (
+        ResponseRecords(store, config.responses.retention_s, scrubber_for(config).record)
+        if store is not None
+        else None
+    )
+    doors = build_doors(records)
+    routes = DoorRoutes(
+        admit.authenticate,
+        lambda principal: route.aliases_for(principal.tenant.models),
+        doors.find(ResponsesDoor),
+        doors.find(MessagesDoor),
+    )
+    return DoorParts(doors, routes, records.aclose if records is not None else _nothing)
+
+
+async def _nothing() -> None:
+    return None
+
+
+def _in_turn(*steps: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    async def run() -> None:
+        for step in steps:
+            await step()
+
+    return run
 
 
 def build_services(
@@ -125,11 +165,10 @@ def build_services(
         engine = await open_policy_engine(config.policy) if config.policy is not None else None
         tenants = tenants_from(config)
         admit = Admit(keyring_from(config, tenants))
+        latency_board = LatencyBoard()
         route = Route(
-            {
-                alias: [Candidate(c.upstream, c.model, c.class_) for c in candidates]
-                for alias, candidates in config.models.items()
-            }
+            candidates_from(config),
+            live_choices(config, latency_board, PriceBook.from_config(config.prices)),
         )
         upstreams = {name: build_upstream(name, spec) for name, spec in config.upstreams.items()}
         routes = build_routes(config, upstreams)
@@ -154,15 +193,20 @@ def build_services(
             )
         )
         meter: list[Stage] = [metering.meter] if metering else [keys_only] if keys_only else []
+        mirror = mirror_from(config, routes, audit, metering.store if metering else None)
+        # route before meter: the reservation is priced on the candidates the request will
+        # actually be tried on (the alias a policy moved it to, the class it named).
         stages: list[Stage] = [
             admit,
+            Label(config.workflow_names),
             *decide,
             redact,
             ToolOffer(),
             ImageDestinations(),
             ContextCap(),
-            *meter,
             route,
+            *meter,
+            *([mirror] if mirror else []),  # last: the shadow gets the body every stage has seen
         ]
         # The gateway's count of usage the upstream did not report first, then settle, so the
         # access log and the audit record see the settled request.
@@ -171,6 +215,8 @@ def build_services(
             *([metering.settle] if metering else [keys_only] if keys_only else []),
             *([AccessLog()] if config.server.access_log else []),
             *([AuditCompletion(audit)] if audit else []),
+            *([latency_board] if config.routing.choose else []),
+            *([mirror] if mirror else []),
         ]
         # Redaction before the tool-call guard: restored arguments are what get checked.
         redaction_guard = RedactionGuard(redaction_counters)
@@ -190,15 +236,17 @@ def build_services(
             metrics_dir=metrics_dir_from_env(),
             policy_queue=engine.evaluation_queue() if engine is not None else None,
         )
-        records = response_records_from(config)
-        doors = build_doors(records)
-        responses_door = doors.find(ResponsesDoor)
+        door_parts = door_parts_from(config, admit, route)
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
+        if mirror is not None and telemetry.arms is not None:
+            mirror.listeners.append(telemetry.arms)
         pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
 
         async def close() -> None:
             await telemetry.aclose()  # first: its last export still reads the state store (budgets)
             await prober.aclose()
+            if mirror is not None:
+                await mirror.aclose()
             await asyncio.gather(*(u.aclose() for u in upstreams.values()))
             if audit is not None:
                 await audit.aclose()
@@ -208,27 +256,24 @@ def build_services(
                 await metering.aclose()
             if keys_only is not None:
                 await keys_only.aclose()
-            if records is not None:
-                await records.aclose()
 
         prober.start()  # last: a start that failed above leaves no background task behind
         telemetry.metrics.start()
-        models_for = lambda principal: route.aliases_for(principal.tenant.models)  # noqa: E731
         return Services(
             pipeline=pipeline,
             authenticate=admit.authenticate,
-            models_for=models_for,
+            models_for=lambda principal: route.aliases_for(principal.tenant.models),
             upstream_health=lambda: upstream_readiness(routes),
             max_body_bytes=config.server.max_body_bytes,
             request_timeout_s=config.server.request_timeout_s,
-            close=close,
+            close=_in_turn(close, door_parts.aclose),  # the responses store last
             admin_spend=metering.admin.spend if metering and metering.admin else None,
             tracer=telemetry.tracer,
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
             upstream_ids=UpstreamIds(key.encode() if (key := config.server.request_id_key) else None),
             policy_readiness=(engine.name, engine.readiness) if engine is not None else None,
-            doors=doors,
-            door_routes=DoorRoutes(admit.authenticate, models_for, responses_door, doors.find(MessagesDoor)),
+            doors=door_parts.doors,
+            door_routes=door_parts.routes,
         )
 
     return build

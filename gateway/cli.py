@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_policy_commands(commands)
 
     _add_spend_command(commands)
+    _add_compare_command(commands)
 
     args, rest = parser.parse_known_args(argv)
     if args.command == "sim":
@@ -83,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
             return _audit_verify(args.path, args.redis, args.stream)
         if args.command == "policy":
             return _policy(args)
+        if args.command == "compare":
+            return _compare(args)
         if args.command == "spend":
-            return _spend(args.config, args.tenant, args.since, args.until, args.json)
+            return _spend(args.config, args.tenant, args.since, args.until, args.json, args.by)
         return _config_check(args.file)
     except ConfigError as exc:
         print(f"tollgate: {exc}", file=sys.stderr)
@@ -156,16 +159,26 @@ def _keys_create(tenant: str, label: str, config_path: str | None, append: str |
 
 
 def _add_spend_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    spend = commands.add_parser("spend", help="the spend ledger: per tenant, key, model and day")
+    spend = commands.add_parser("spend", help="the spend ledger: per tenant, key, model, workflow and day")
     _config_arg(spend)
     spend.add_argument("--tenant", action="append", help="repeatable; default: every tenant")
     spend.add_argument("--since", help="YYYY-MM-DD (UTC); default: the first of this month")
     spend.add_argument("--until", help="YYYY-MM-DD (UTC); default: today")
     spend.add_argument("--json", action="store_true", help="print JSON, as GET /admin/spend does")
+    spend.add_argument(
+        "--by",
+        choices=("workflow", "model", "key", "tenant", "day"),
+        help="one line per workflow, model, key, tenant or day (their sums); default: every ledger row",
+    )
 
 
 def _spend(
-    config_path: str, tenants: list[str] | None, since: str | None, until: str | None, as_json: bool
+    config_path: str,
+    tenants: list[str] | None,
+    since: str | None,
+    until: str | None,
+    as_json: bool,
+    by: str | None = None,
 ) -> int:
     import asyncio
     from datetime import UTC, datetime
@@ -198,7 +211,64 @@ def _spend(
     except StateStoreUnavailable as exc:
         print(f"tollgate: {exc.message}", file=sys.stderr)
         return 1
-    print(orjson.dumps(spend_document(rows, first, last)).decode() if as_json else spend_table(rows))
+    print(orjson.dumps(spend_document(rows, first, last, by)).decode() if as_json else spend_table(rows, by))
+    return 0
+
+
+def _add_compare_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    compare = commands.add_parser(
+        "compare", help="the arms of an alias run side by side (split, mirror), from the decision log"
+    )
+    _config_arg(compare)
+    compare.add_argument("--alias", required=True, help="the model alias")
+    compare.add_argument(
+        "--since", default="24h", help="24h, 30m, 7d, YYYY-MM-DD or an ISO time (default 24h)"
+    )
+    compare.add_argument("--path", help="a JSONL decision log (default: audit.path of the config)")
+    compare.add_argument("--redis", metavar="URL", help="a Redis server holding the log as a stream")
+    compare.add_argument("--stream", default="tollgate:audit", help="the stream key (with --redis)")
+    compare.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from gateway.routing.compare import compare, compare_table, parse_since
+
+    try:
+        since = parse_since(args.since, datetime.now(UTC))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    path, redis_url, stream = args.path, args.redis, args.stream
+    if path is None and redis_url is None:
+        audit = load_config(args.config).audit
+        if audit is None:
+            raise ConfigError(f"{args.config}: no audit block: name the decision log with --path or --redis")
+        path, redis_url, stream = (
+            (audit.path, None, stream) if audit.sink == "jsonl" else (None, audit.redis_url, audit.stream)
+        )
+    if path is not None:
+        from adapters.audit.jsonl import read_lines
+
+        try:
+            summaries = compare(read_lines(Path(path)), args.alias, since)
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    else:
+        import asyncio
+
+        from adapters.audit.redis_stream import read_stream
+
+        try:
+            summaries = compare(asyncio.run(read_stream(redis_url, stream)), args.alias, since)
+        except Exception as exc:  # redis' own errors: connection, auth, wrong key type
+            raise ConfigError(f"{redis_url} stream {stream}: cannot read ({exc})") from None
+    if args.json:
+        print(orjson.dumps({"alias": args.alias, "since": since, "arms": summaries}).decode())
+    elif not summaries:
+        print(f"no side-by-side records of {args.alias!r} since {args.since}")
+    else:
+        print(compare_table(summaries))
     return 0
 
 

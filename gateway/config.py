@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.redaction import entities as redaction_entities
+from gateway.routing_config import Priority, RoutingConfig
 from gateway.telemetry_config import TelemetryConfig
 
 CONFIG_ENV = "TOLLGATE_CONFIG"
@@ -168,6 +169,17 @@ class CandidateConfig(_Strict):
     model: str = Field(min_length=1)
     # The model's class (e.g. "frontier", "small"), matched against a policy's route.model_class.
     class_: str | None = Field(None, alias="class", min_length=1)
+    # Side by side (README, "Side by side"): a weight makes the alias a split among its weighted
+    # candidates, sticky per session; a mirror (percent of requests) makes this candidate a
+    # shadow, sent a copy and never answering the client.
+    weight: float | None = Field(None, gt=0)
+    mirror: float | None = Field(None, gt=0, le=100)
+
+    @model_validator(mode="after")
+    def _weight_or_mirror(self) -> CandidateConfig:
+        if self.weight is not None and self.mirror is not None:
+            raise ValueError("a candidate is either weighted (split) or a mirror, not both")
+        return self
 
 
 RedactMode = Literal["off", "mask", "tokenize", "block"]
@@ -315,6 +327,8 @@ class KeyConfig(_Strict):
     tenant: str
     hash: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
     label: str = ""
+    workflow: str | None = None  # the request's workflow when it sends no x-workflow (routing.workflows)
+    priority: Priority | None = None  # the request's priority when it sends no x-priority (else normal)
     budgets: list[BudgetConfig] = []  # in addition to the tenant's
     rate_limits: RateLimitConfig | None = None  # in addition to the tenant's
 
@@ -403,6 +417,12 @@ class GatewayConfig(_Strict):
     admin: AdminConfig | None = None  # no /admin/* endpoints without it
     responses: ResponsesConfig = ResponsesConfig()  # stored responses of /v1/responses
     telemetry: TelemetryConfig = TelemetryConfig()  # traces off, metrics on /metrics, unless set
+    routing: RoutingConfig = RoutingConfig()  # workflows, named prompt families, choices, mirrors
+
+    @property
+    def workflow_names(self) -> list[str]:
+        """The workflows requests may name: `routing.workflows`, else `telemetry.labels.workflows`."""
+        return self.routing.workflows or self.telemetry.labels.workflows
 
     @field_validator("models")
     @classmethod
@@ -410,6 +430,8 @@ class GatewayConfig(_Strict):
         for alias, candidates in v.items():
             if not candidates:
                 raise ValueError(f"model alias {alias!r} has no candidates")
+            if all(c.mirror is not None for c in candidates):
+                raise ValueError(f"model alias {alias!r} has only mirrors: one candidate must answer")
         return v
 
     @model_validator(mode="after")
@@ -427,6 +449,11 @@ class GatewayConfig(_Strict):
         for index, key in enumerate(self.keys):
             if key.tenant not in self.tenants:
                 raise ValueError(f"keys[{index}].tenant: {key.tenant!r} is not a tenant")
+            if key.workflow is not None and key.workflow not in self.workflow_names:
+                raise ValueError(f"keys[{index}].workflow: {key.workflow!r} is not in routing.workflows")
+        for alias in self.routing.choose:
+            if alias not in self.models:
+                raise ValueError(f"routing.choose: {alias!r} is not a model alias")
         for name in self.state.fail_open_tenants if self.state else ():
             if name not in self.tenants:
                 raise ValueError(f"state.fail_open_tenants: {name!r} is not a tenant")
@@ -510,6 +537,10 @@ def load_config(path: str | Path) -> GatewayConfig:
         for index, key in enumerate(extra):
             if key.tenant not in config.tenants:
                 raise ConfigError(f"{keys_path}: keys[{index}].tenant: {key.tenant!r} is not a tenant")
+            if key.workflow is not None and key.workflow not in config.workflow_names:
+                raise ConfigError(
+                    f"{keys_path}: keys[{index}].workflow: {key.workflow!r} is not in routing.workflows"
+                )
         config = config.model_copy(update={"keys": [*config.keys, *extra]})
     if config.policy is not None:
         config = config.model_copy(update={"policy": _resolve_policy_dir(config.policy, path)})

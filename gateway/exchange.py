@@ -50,6 +50,10 @@ class Principal:
     tenant: Tenant
     key_id: str  # short, non-secret fingerprint of the key's hash
     key_label: str = ""
+    # What a request of this key is when it does not say (x-workflow, x-priority); from the
+    # config file's keys or from live keys in the state store alike.
+    default_workflow: str | None = None
+    default_priority: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,12 @@ class Candidate:
     upstream: str  # name of a configured upstream
     model: str  # the model id that upstream knows
     model_class: str | None = None  # e.g. "frontier", for a policy's route.model_class
+    weight: float | None = None  # a split's share (sticky per session); None: not in the split
+
+    @property
+    def arm(self) -> str:
+        """The candidate's name in side-by-side reports: upstream and model."""
+        return f"{self.upstream}/{self.model}"
 
 
 @dataclass(slots=True)
@@ -123,6 +133,9 @@ class Exchange:
     principal: Principal | None = None
     session_key: str | None = None  # affinity key, scoped to the tenant and hashed
     model_alias: str = ""
+    workflow: str = "default"  # a configured workflow name, "other" or "default" (the label stage)
+    priority: str = "normal"  # critical, normal or background (the label stage)
+    routed_alias: str | None = None  # the alias that serves the request when a policy moved it (route)
     decision: Decision | None = None  # set by the decide stage
     decision_id: str | None = None  # the decision record's id, set by the decide stage
     policy_revision: str | None = None  # the policy revision that decided, set by the decide stage

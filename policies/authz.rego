@@ -22,7 +22,7 @@ decision := {
 	"tool_args": tool_args,
 	"destinations": {"image_url": without_private_hosts(image_url_rule)},
 	"redact": object.union(object.get(defaults, "redact", {}), object.get(tenant, "redact", {})),
-	"route": {"upstreams": sort(permitted_upstreams)},
+	"route": route,
 	"limits": limits,
 }
 
@@ -200,4 +200,84 @@ default budget_limits := {}
 budget_limits := {"max_tokens": defaults.soft_budget_max_tokens} if {
 	input.budget == "soft_exceeded"
 	defaults.soft_budget_max_tokens < object.get(base_limits, "max_tokens", defaults.soft_budget_max_tokens + 1)
+}
+
+# --- which model serves the request ----------------------------------------------------
+
+# Two rules, from data.routing: a workflow's model class (workflow_classes), and the
+# economy class for a request that is not critical once a soft budget is used up
+# (downgrade_class), which wins. A class moves the request only when class_aliases names
+# an alias serving it that the tenant may use; the decision then names both (route.alias
+# and route.model_class), and the gateway serves the request from that alias's candidates
+# of that class, prices its reservation on them, and says so (x-tollgate-routed-alias).
+default route_data := {}
+
+route_data := data.routing
+
+default priority := "normal"
+
+priority := input.priority if is_string(input.priority)
+
+default workflow := "default"
+
+workflow := input.workflow if is_string(input.workflow)
+
+downgrade if {
+	input.budget == "soft_exceeded"
+	priority != "critical"
+	is_string(object.get(route_data, "downgrade_class", null))
+}
+
+wanted_class := route_data.downgrade_class if downgrade
+
+wanted_class := workflow_class if {
+	not downgrade
+	is_string(workflow_class)
+}
+
+default workflow_class := null
+
+workflow_class := object.get(object.get(route_data, "workflow_classes", {}), workflow, null)
+
+default routed_alias := null
+
+routed_alias := target if {
+	input.endpoint == "chat.completions"
+	target := object.get(object.get(route_data, "class_aliases", {}), wanted_class, null)
+	is_string(target)
+	target != input.model
+	alias_allowed(target)
+}
+
+alias_allowed(_) if "*" in tenant.models
+
+alias_allowed(target) if target in tenant.models
+
+default class_route := {}
+
+class_route := {"alias": routed_alias, "model_class": wanted_class} if is_string(routed_alias)
+
+route := object.union(upstream_route, class_route)
+
+upstream_route := {"upstreams": sort(permitted_upstreams)} if not is_string(routed_alias)
+
+# Served from another alias: the upstreams the tenant and the data class permit, whichever
+# alias serves them; null (any) when neither restricts.
+upstream_route := {"upstreams": sort(routed_upstreams)} if {
+	is_string(routed_alias)
+	upstreams_restricted
+}
+
+upstream_route := {} if {
+	is_string(routed_alias)
+	not upstreams_restricted
+}
+
+upstreams_restricted if tenant.upstreams
+
+upstreams_restricted if is_string(data_class)
+
+routed_upstreams := {name |
+	some name in object.get(tenant, "upstreams", object.get(object.get(data.data_classes, data_class, {}), "upstreams", []))
+	class_may_send(name)
 }

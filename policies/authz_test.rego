@@ -241,3 +241,95 @@ test_a_tenant_narrows_image_hosts_without_private_ones if {
 		with data.tenants.t as {"models": ["m"], "destinations": {"image_url": {"allowed_hosts": hosts}}}
 	d.destinations.image_url.allowed_hosts == ["cdn.example.com"]
 }
+
+# --- which model serves the request ----------------------------------------------------
+
+test_an_extraction_workflow_is_served_by_the_economy_alias if {
+	d := authz.decision with input.tenant as "demo"
+		with input.endpoint as "chat.completions"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.workflow as "extraction"
+		with input.budget as "ok"
+	d.allow == true
+	d.route.alias == "economy"
+	d.route.model_class == "economy"
+	set_of(d.route.upstreams) == {"local", "workers-ai", "gpu-pool"}
+}
+
+test_a_workflow_without_a_class_stays_on_its_model if {
+	d := authz.decision with input.tenant as "demo"
+		with input.endpoint as "chat.completions"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.workflow as "reasoning"
+	d.allow == true
+	not d.route.alias
+	not d.route.model_class
+	set_of(d.route.upstreams) == {"local"}
+}
+
+test_a_soft_exceeded_budget_downgrades_normal_work if {
+	d := authz.decision with input.tenant as "demo"
+		with input.endpoint as "chat.completions"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.priority as "normal"
+		with input.budget as "soft_exceeded"
+	d.route.alias == "economy"
+	d.route.model_class == "economy"
+}
+
+test_a_soft_exceeded_budget_leaves_critical_work_on_its_model if {
+	d := authz.decision with input.tenant as "demo"
+		with input.endpoint as "chat.completions"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.priority as "critical"
+		with input.budget as "soft_exceeded"
+	d.allow == true
+	not d.route.alias
+}
+
+test_a_routed_request_keeps_its_data_class_upstreams if {
+	d := authz.decision with input.tenant as "open"
+		with input.endpoint as "chat.completions"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.workflow as "extraction"
+		with input.data_class as "confidential"
+		with data.tenants.open as {"models": ["*"]}
+	d.route.alias == "economy"
+	set_of(d.route.upstreams) == {"local"}
+}
+
+test_a_routed_request_with_no_upstream_restriction_may_use_any if {
+	d := authz.decision with input.tenant as "open"
+		with input.endpoint as "chat.completions"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.workflow as "extraction"
+		with data.tenants.open as {"models": ["*"]}
+	d.route.alias == "economy"
+	not d.route.upstreams
+}
+
+test_no_route_to_an_alias_the_tenant_may_not_use if {
+	d := authz.decision with input.tenant as "narrow"
+		with input.endpoint as "chat.completions"
+		with input.model as "kimi-k2.6"
+		with input.upstreams as ["local"]
+		with input.workflow as "extraction"
+		with data.tenants.narrow as {"models": ["kimi-k2.6"]}
+	d.allow == true
+	not d.route.alias
+}
+
+test_embeddings_are_not_routed if {
+	d := authz.decision with input.tenant as "demo"
+		with input.endpoint as "embeddings"
+		with input.model as "embeddings"
+		with input.upstreams as ["local"]
+		with input.workflow as "extraction"
+	not d.route.alias
+}

@@ -90,15 +90,16 @@ TOKENS = MetricSpec(
     "tollgate.tokens",
     Kind.COUNTER,
     "{token}",
-    "Tokens by tenant and model alias: input (cached included), cache_read, output; usage source "
-    "reported (by the upstream) or counted (by the gateway, when the upstream reported none).",
-    (n.TENANT, n.MODEL_ALIAS, n.GEN_AI_TOKEN_TYPE, n.USAGE_SOURCE),
+    "Tokens by tenant, model alias and workflow: input (cached included), cache_read, output; usage "
+    "source reported (by the upstream) or counted (by the gateway, when the upstream reported none).",
+    (n.TENANT, n.MODEL_ALIAS, n.GEN_AI_TOKEN_TYPE, n.USAGE_SOURCE, n.WORKFLOW),
 )
 PROMPT_CACHE_TOKENS = MetricSpec(
     "tollgate.prompt_cache.tokens",
     Kind.COUNTER,
     "{token}",
-    "Input tokens by upstream and prompt family: input (all) and cache_read (served from a prefix cache).",
+    "Input tokens by upstream and prompt family (a configured name, else a hashed bucket): input (all) "
+    "and cache_read (served from a prefix cache).",
     (n.UPSTREAM, n.PROMPT_FAMILY, n.GEN_AI_TOKEN_TYPE),
 )
 ATTEMPTS = MetricSpec(
@@ -121,8 +122,8 @@ SPEND = MetricSpec(
     "tollgate.spend.usd",
     Kind.COUNTER,
     "{USD}",
-    "Spend in dollars at the configured prices, by tenant and model alias.",
-    (n.TENANT, n.MODEL_ALIAS),
+    "Spend in dollars at the configured prices, by tenant, model alias and workflow (as the ledger has it).",
+    (n.TENANT, n.MODEL_ALIAS, n.WORKFLOW),
 )
 BUDGET_LIMIT = MetricSpec(
     "tollgate.budget.limit",
@@ -198,6 +199,43 @@ TELEMETRY_DROPPED = MetricSpec(
     "Telemetry the gateway dropped rather than slow requests down: spans (queue full or export failed), "
     "metric exports that failed, and decision-log records.",
     ("tollgate.signal",),
+)
+
+
+# Side by side (telemetry/arms.py records them): the arms of an alias run as a split or mirror.
+ARM = "tollgate.arm"
+ROLE = "tollgate.role"
+
+ARM_REQUESTS = MetricSpec(
+    "tollgate.arm.requests",
+    Kind.COUNTER,
+    "{request}",
+    "Requests per arm of an alias run side by side: primary (answered the client) or shadow (a mirror's "
+    "copy), by outcome (success, or the error; mirror_busy: skipped, too many shadow calls running; "
+    "not_permitted: skipped, the request's policy does not permit the shadow's upstream).",
+    (n.MODEL_ALIAS, ARM, ROLE, "tollgate.outcome"),
+)
+ARM_TIME_TO_FIRST_TOKEN = MetricSpec(
+    "tollgate.arm.time_to_first_token",
+    Kind.HISTOGRAM,
+    "s",
+    "Per arm: from sending the request upstream to the first byte of its answer.",
+    (n.MODEL_ALIAS, ARM, ROLE),
+    TTFT_BUCKETS,
+)
+ARM_TOKENS = MetricSpec(
+    "tollgate.arm.tokens",
+    Kind.COUNTER,
+    "{token}",
+    "Per arm: input and output tokens of the answered requests.",
+    (n.MODEL_ALIAS, ARM, ROLE, n.GEN_AI_TOKEN_TYPE),
+)
+ARM_COST = MetricSpec(
+    "tollgate.arm.cost.usd",
+    Kind.COUNTER,
+    "{USD}",
+    "Per arm: cost in dollars at the configured prices (a shadow's whether or not it is metered).",
+    (n.MODEL_ALIAS, ARM, ROLE),
 )
 
 

@@ -14,7 +14,7 @@ from gateway.exchange import Attempt, Endpoint, Exchange
 from gateway.metering.prices import PriceBook
 from gateway.ports import Upstream
 from telemetry.instruments import Instruments
-from telemetry.labels import WorkflowLabels, prompt_family, turn_bucket
+from telemetry.labels import PromptFamilyNames, WorkflowLabels, prompt_family, turn_bucket
 
 SUCCESS = "success"
 OTHER_MODEL = "other"  # a model name the config does not know: a client's text, never a label
@@ -32,12 +32,14 @@ class MetricsRecorder:
         prices: PriceBook,
         family_buckets: int,
         aliases: frozenset[str],
+        families: PromptFamilyNames | None = None,
     ) -> None:
         self._m = instruments
         self._aliases = aliases
         self._workflows = workflows
         self._prices = prices
         self._family_buckets = family_buckets
+        self._families = families or PromptFamilyNames({})
         # upstream name -> (provider, host); the host is the first replica's (all serve one model)
         self._upstreams = {
             name: (u.provider, urlsplit(u.replicas[0]).hostname or u.address) for name, u in upstreams.items()
@@ -115,14 +117,15 @@ class MetricsRecorder:
         usage = exchange.usage
         source = "reported" if usage.reported else "counted"
         alias = exchange.model_alias
-        m.tokens.add((tenant, alias, "input", source), usage.prompt_tokens)
+        workflow = exchange.workflow
+        m.tokens.add((tenant, alias, "input", source, workflow), usage.prompt_tokens)
         if exchange.endpoint is Endpoint.CHAT:
-            m.tokens.add((tenant, alias, "output", source), usage.completion_tokens)
-            m.tokens.add((tenant, alias, "cache_read", source), usage.cached_tokens)
+            m.tokens.add((tenant, alias, "output", source, workflow), usage.completion_tokens)
+            m.tokens.add((tenant, alias, "cache_read", source, workflow), usage.cached_tokens)
         price = self._prices.get(served.model)
         if price is not None:
             cost = price.cost_micros(usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
-            m.spend.add((tenant, alias), cost / 1_000_000)
+            m.spend.add((tenant, alias, workflow), cost / 1_000_000)
         if not usage.reported:
             return
         provider, host = self._upstreams.get(served.upstream, ("", ""))
@@ -130,7 +133,9 @@ class MetricsRecorder:
         m.client_token_usage.observe((*client, "input"), usage.prompt_tokens)
         if exchange.endpoint is Endpoint.CHAT:
             m.client_token_usage.observe((*client, "output"), usage.completion_tokens)
-            family = prompt_family(exchange.session_key, self._family_buckets)
+            family = self._families.name(exchange) or prompt_family(
+                exchange.session_key, self._family_buckets
+            )
             m.prompt_cache_tokens.add((served.upstream, family, "input"), usage.prompt_tokens)
             m.prompt_cache_tokens.add((served.upstream, family, "cache_read"), usage.cached_tokens)
             turn = turn_bucket(exchange.body)

@@ -23,12 +23,14 @@ from gateway.audit.queued_sink import QueuedSink
 from gateway.config import GatewayConfig
 from gateway.metering.prices import PriceBook
 from gateway.ports import AuditSink, EvaluationQueue, StateStore, Upstream
+from gateway.routing.arms import ArmRecord
 from gateway.routing.upstream_route import UpstreamRoute
 from gateway.tracing import NO_TRACER, Tracer
 from telemetry import instruments as spec
 from telemetry import names as n
+from telemetry.arms import ArmMetrics
 from telemetry.exporters import metric_exporter, span_exporter
-from telemetry.labels import WorkflowLabels
+from telemetry.labels import PromptFamilyNames, WorkflowLabels
 from telemetry.metrics_service import AsyncSource, MetricsService, OtlpPush
 from telemetry.recorder import MetricsRecorder
 from telemetry.registry import Registry
@@ -45,6 +47,7 @@ class Telemetry:
     finishers: tuple[MetricsRecorder, ...]  # the metrics recorder, unless metrics go nowhere
     metrics: MetricsService
     spans: SpanQueue | None  # None when tracing is off
+    arms: Callable[[ArmRecord], None] | None = None  # side-by-side arm metrics, when metrics are recorded
 
     async def aclose(self) -> None:
         """Flush and stop: the last spans and figures are exported, within a bounded time."""
@@ -66,7 +69,8 @@ def build_telemetry(
 ) -> Telemetry:
     settings = config.telemetry
     resource = _resource(config)
-    workflows = WorkflowLabels(settings.labels, scrub)
+    # With routing.workflows the workflow is the one the ledger and the policy see (exchange.workflow).
+    workflows = WorkflowLabels(settings.labels, scrub, from_exchange=bool(config.routing.workflows))
     registry = Registry()
     recorder = MetricsRecorder(
         spec.Instruments(registry),
@@ -75,6 +79,7 @@ def build_telemetry(
         PriceBook.from_config(config.prices),
         settings.labels.prompt_family_buckets,
         frozenset(config.models),
+        PromptFamilyNames(config.routing.prompt_families),
     )
     tracer: Tracer = NO_TRACER
     spans: SpanQueue | None = None
@@ -123,7 +128,8 @@ def build_telemetry(
         drops["audit"] = lambda: sink.dropped + sink.failed
     registry.observed(spec.TELEMETRY_DROPPED, drop_counts(drops))
     recording = settings.metrics.prometheus or otlp is not None
-    return Telemetry(tracer, (recorder,) if recording else (), metrics, spans)
+    arms = ArmMetrics(registry).record if recording else None
+    return Telemetry(tracer, (recorder,) if recording else (), metrics, spans, arms)
 
 
 def _measure_policy_queue(registry: Registry, queue: EvaluationQueue) -> None:

@@ -99,7 +99,7 @@ class RedisStore:
             len(settlement.refunds),
             settlement.keep_s * 1000,
             settlement.reservation_id,
-            f"{entry.key_id}\t{entry.model}\t" if entry else "",
+            f"{entry.key_id}\t{entry.model}\t{entry.workflow}\t" if entry else "",
         ]
         for _, amount, expires_at in settlement.spent:
             args += (amount, expires_at)
@@ -194,11 +194,20 @@ def _days(since: str, until: str) -> list[str]:
 
 
 def _ledger_rows(tenant: str, day: str, fields: dict[bytes, bytes]) -> list[SpendRow]:
-    grouped: dict[tuple[str, str], dict[str, int]] = {}
+    grouped: dict[tuple[str, str, str], dict[str, int]] = {}
     for field, value in fields.items():
-        key_id, model, name = field.decode().split("\t")
-        grouped.setdefault((key_id, model), {})[name] = int(value)
+        parts = field.decode().split("\t")
+        # key, model, workflow, figure; rows written before the ledger kept workflows lack it
+        key_id, model, workflow, name = (
+            parts if len(parts) == 4 else (parts[0], parts[1], "default", parts[2])
+        )
+        grouped.setdefault((key_id, model, workflow), {})[name] = int(value)
     return [
-        SpendRow(tenant, day, key_id, model, *(values.get(name, 0) for name in _LEDGER_FIELDS))
-        for (key_id, model), values in sorted(grouped.items())
+        SpendRow(tenant, day, key_id, model, *_figures(values), workflow=workflow)
+        for (key_id, model, workflow), values in sorted(grouped.items())
     ]
+
+
+def _figures(values: dict[str, int]) -> tuple[int, int, int, int, int]:
+    requests, prompt, cached, completion, cost = (values.get(name, 0) for name in _LEDGER_FIELDS)
+    return requests, prompt, cached, completion, cost

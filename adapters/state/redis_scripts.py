@@ -123,7 +123,8 @@ return out
 )
 
 # KEYS: leases, reservation, spent counter keys (ns), refunded rate keys (nr), ledger key (0 or 1)
-# ARGV: ns, nr, keep_ms, reservation id, ledger field prefix, then per spent (amount, expires_at),
+# ARGV: ns, nr, keep_ms, reservation id, ledger field prefix (key, model, workflow, tab-separated),
+#       then per spent (amount, expires_at),
 #       then per refund inc_us, then (if a ledger key) requests, prompt, cached, completion, cost,
 #       then release 0|1 (last): an open reservation's rate increments are given back too
 # Returns 1 if applied, 0 if that id was already settled.

@@ -55,7 +55,8 @@ CREATE TABLE IF NOT EXISTS ledger (
     tenant TEXT NOT NULL, day TEXT NOT NULL, key_id TEXT NOT NULL, model TEXT NOT NULL,
     requests INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL, cached_tokens INTEGER NOT NULL,
     completion_tokens INTEGER NOT NULL, cost_micros INTEGER NOT NULL,
-    PRIMARY KEY (tenant, day, key_id, model)
+    workflow TEXT NOT NULL DEFAULT 'default',
+    PRIMARY KEY (tenant, day, key_id, model, workflow)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS idempotency (
     tenant TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL,
@@ -64,6 +65,21 @@ CREATE TABLE IF NOT EXISTS idempotency (
     PRIMARY KEY (tenant, key)
 ) WITHOUT ROWID;
 """
+
+_LEDGER_AT = _SCHEMA.index("CREATE TABLE IF NOT EXISTS ledger")
+_LEDGER_WITH_WORKFLOW = _SCHEMA[_LEDGER_AT:].split(";", maxsplit=1)[0]
+
+
+def _add_ledger_workflow(db: sqlite3.Connection) -> None:
+    """The workflow joins the ledger's key: the table is rebuilt, its rows kept as "default"."""
+    db.execute("ALTER TABLE ledger RENAME TO ledger_without_workflow")
+    db.execute(_LEDGER_WITH_WORKFLOW)
+    db.execute(
+        "INSERT INTO ledger SELECT tenant, day, key_id, model, requests, prompt_tokens, cached_tokens, "
+        "completion_tokens, cost_micros, 'default' FROM ledger_without_workflow"
+    )
+    db.execute("DROP TABLE ledger_without_workflow")
+
 
 # An expired reservation is remembered as long as a settled one, so a late settle of it
 # still counts its spend once and only once.
@@ -78,6 +94,9 @@ def create_schema(db: sqlite3.Connection) -> None:
         columns = {row[1] for row in db.execute("PRAGMA table_info(reservations)")}
         if "rates" not in columns:  # a file made before reservations recorded their rate charges
             db.execute("ALTER TABLE reservations ADD COLUMN rates BLOB")
+        ledger_columns = {row[1] for row in db.execute("PRAGMA table_info(ledger)")}
+        if "workflow" not in ledger_columns:  # a file made before the ledger kept workflows
+            _add_ledger_workflow(db)
 
 
 @contextmanager
@@ -232,8 +251,8 @@ def settle(db: sqlite3.Connection, now_us: int, settlement: Settlement) -> bool:
     entry = settlement.ledger
     if entry is not None:
         db.execute(
-            "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (tenant, day, key_id, model) DO UPDATE SET "
+            "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (tenant, day, key_id, model, workflow) DO UPDATE SET "
             "requests = requests + excluded.requests, "
             "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
             "cached_tokens = cached_tokens + excluded.cached_tokens, "
@@ -249,6 +268,7 @@ def settle(db: sqlite3.Connection, now_us: int, settlement: Settlement) -> bool:
                 entry.cached_tokens,
                 entry.completion_tokens,
                 entry.cost_micros,
+                entry.workflow,
             ),
         )
     db.execute(
@@ -325,7 +345,8 @@ def spend(
     for tenant in tenants:
         rows += db.execute(
             "SELECT tenant, day, key_id, model, requests, prompt_tokens, cached_tokens, completion_tokens, "
-            "cost_micros FROM ledger WHERE tenant = ? AND day >= ? AND day <= ? ORDER BY day, key_id, model",
+            "cost_micros, workflow FROM ledger WHERE tenant = ? AND day >= ? AND day <= ? "
+            "ORDER BY day, key_id, model, workflow",
             (tenant, since, until),
         ).fetchall()
     return [SpendRow(*row) for row in rows]

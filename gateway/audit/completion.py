@@ -49,7 +49,11 @@ def completion_record(exchange: Exchange) -> dict[str, Any]:
         "tenant": principal.tenant.name if principal else None,
         "key_id": principal.key_id if principal else None,
         "model": exchange.model_alias or None,
+        "routed_alias": exchange.routed_alias,  # the alias a policy moved the request to, if any
+        "workflow": exchange.workflow,
+        "priority": exchange.priority,
         "upstream": last.upstream if last else None,
+        "served_model": last.model if last else None,
         "attempts": len(exchange.attempts),
         "stream": exchange.stream,
         "status": exchange.status,

@@ -2,7 +2,8 @@
 (`admin.tokens` in the config: SHA-256 hashes, as for API keys; a tenant's key never works).
 
 Query: `tenant` (repeatable; default every tenant), `since` and `until` (YYYY-MM-DD, UTC;
-default the current month up to today).
+default the current month up to today), `group_by` (workflow, model, key, tenant or day: one
+entry per value, its figures summed; default every ledger row).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import orjson
 from gateway.errors import AuthenticationFailed, InvalidRequest
 from gateway.keys import HASH_PREFIX
 from gateway.metering.plan import utc_now
-from gateway.metering.report import default_range, parse_day, spend_document
+from gateway.metering.report import default_range, parse_day, parse_group, spend_document
 from gateway.ports import StateStore
 
 _MAX_DAYS = 366
@@ -52,7 +53,7 @@ class SpendAdmin:
     async def spend(self, authorization: str | None, query: str) -> bytes:
         self.authorize(authorization)
         params = parse_qs(query, keep_blank_values=True)
-        unknown = sorted(set(params) - {"tenant", "since", "until"})
+        unknown = sorted(set(params) - {"tenant", "since", "until", "group_by"})
         if unknown:
             raise InvalidRequest(f"Unknown query parameter {unknown[0]!r}.", param=unknown[0])
         tenants = tuple(params.get("tenant", ())) or self._tenants
@@ -63,6 +64,7 @@ class SpendAdmin:
         try:
             since = parse_day(params["since"][-1], "since") if "since" in params else since
             until = parse_day(params["until"][-1], "until") if "until" in params else until
+            group_by = parse_group(params["group_by"][-1], "group_by") if "group_by" in params else None
         except ValueError as exc:
             raise InvalidRequest(str(exc), code="invalid_value") from None
         if since > until:
@@ -72,4 +74,4 @@ class SpendAdmin:
                 f"Ask for at most {_MAX_DAYS} days at a time.", param="since", code="invalid_value"
             )
         rows = await self._store.spend(tenants, since, until)
-        return orjson.dumps(spend_document(rows, since, until))
+        return orjson.dumps(spend_document(rows, since, until, group_by))

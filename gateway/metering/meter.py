@@ -2,7 +2,8 @@
 upstream is called.
 
 The reservation is an upper bound of the request's cost: the input estimate
-(`estimate.py`) at the worst input price among the candidates it may be routed to, plus
+(`estimate.py`) at the worst input price among the candidates it may be routed to (route has
+run: the alias and class a policy moved it to, a split's arm and its fallbacks), plus
 the output bound (max_tokens times choices) at their worst output price. When a hard budget
 cannot cover the requested max_tokens, max_tokens is lowered to what it covers (and the
 `x-tollgate-max-tokens-clamped` header says so); below `metering.min_max_tokens` the

@@ -45,7 +45,7 @@ def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore)
     prices = PriceBook.from_config(config.prices)
     bands = BudgetBands(store, plans, config.metering.band_cache_s)
     routes = {
-        alias: [Candidate(c.upstream, c.model) for c in candidates]
+        alias: [Candidate(c.upstream, c.model) for c in candidates if c.mirror is None]
         for alias, candidates in config.models.items()
     }
     admin = SpendAdmin(store, config.admin.tokens, list(config.tenants)) if config.admin is not None else None

@@ -87,6 +87,7 @@ class LedgerEntry:
     completion_tokens: int
     cost_micros: int
     requests: int = 1
+    workflow: str = "default"  # the request's workflow (gateway/stages/label.py): never free text
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +119,7 @@ class SpendRow:
     cached_tokens: int
     completion_tokens: int
     cost_micros: int
+    workflow: str = "default"
 
 
 @dataclass(frozen=True, slots=True)

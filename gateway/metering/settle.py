@@ -101,7 +101,14 @@ class Settle:
         if served is not None and exchange.principal is not None:
             day = periods.day
             ledger = LedgerEntry(
-                day, exchange.principal.key_id, served.model, prompt, cached, completion, cost
+                day,
+                exchange.principal.key_id,
+                served.model,
+                prompt,
+                cached,
+                completion,
+                cost,
+                workflow=exchange.workflow,
             )
         if not ticket.reserved and not ticket.reserve_unanswered and ledger is None:
             return None

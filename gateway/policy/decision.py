@@ -7,7 +7,7 @@ A policy answers with one JSON object (see docs/policies.md), for example:
      "tool_args": {"fetch_url": {"url": {"allowed_hosts": ["*.example.com"]}}},
      "destinations": {"image_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]}},
      "redact": {"request": "tokenize", "response": "mask", "entities": ["EMAIL", "API_KEY"]},
-     "route": {"upstreams": ["self-hosted"], "model_class": "frontier"},
+     "route": {"upstreams": ["self-hosted"], "model_class": "frontier", "alias": "kimi-k2.6"},
      "limits": {"max_tokens": 4096, "tool_output_max_chars": 16000}}
 """
 
@@ -70,6 +70,7 @@ class RedactRules:
 class RouteRules:
     upstreams: tuple[str, ...] | None = None  # None: any upstream the alias lists
     model_class: str | None = None
+    alias: str | None = None  # serve the request from this alias instead of the one asked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +172,13 @@ def _route(value: Any) -> RouteRules:
     model_class = value.get("model_class")
     if model_class is not None and not isinstance(model_class, str):
         raise MalformedDecision("route.model_class must be a string")
+    alias = value.get("alias")
+    if alias is not None and (not isinstance(alias, str) or not alias):
+        raise MalformedDecision("route.alias must be a non-empty string")
     return RouteRules(
         None if upstreams is None else tuple(_strings(upstreams, "route.upstreams")),
         model_class,
+        alias,
     )
 
 

@@ -76,6 +76,8 @@ def build_input(exchange: Exchange, upstreams: Sequence[str], budget: str = BUDG
         "session": exchange.session_key is not None,
         "budget": budget,
         "data_class": _data_class(exchange.headers.get(DATA_CLASS_HEADER)),
+        "workflow": exchange.workflow,
+        "priority": exchange.priority,
     }
     key = orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
     document["request_id"] = exchange.request_id

@@ -17,6 +17,12 @@ DEMO_TOOL_ARGS = {
 }
 DEMO_REDACT = {"request": "mask", "response": "off", "entities": ["EMAIL", "CREDIT_CARD", "API_KEY"]}
 LIMITS = {"max_tokens": 4096, "tool_output_max_chars": 16000}
+# Routed to the economy alias: the upstreams the tenant (demo) permits, whichever alias serves.
+ECONOMY_ROUTE = {
+    "alias": "economy",
+    "model_class": "economy",
+    "upstreams": ["gpu-pool", "local", "workers-ai"],
+}
 NO_REDACT = {"request": "off", "response": "off", "entities": []}
 DESTINATIONS = {"image_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]}}
 
@@ -41,6 +47,8 @@ def input_doc(**overrides: Any) -> dict[str, Any]:
         "session": False,
         "budget": "ok",
         "data_class": None,
+        "workflow": "default",
+        "priority": "normal",
         "request_id": "req-golden",
     }
     doc.update(overrides)
@@ -130,8 +138,23 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         ),
     ),
     (
-        "a soft-exceeded budget",
+        "a soft-exceeded budget: lower max_tokens, and normal work goes to the economy class",
         input_doc(budget="soft_exceeded"),
+        allowed(limits={**LIMITS, "max_tokens": 1024}, route=ECONOMY_ROUTE),
+    ),
+    (
+        "a soft-exceeded budget leaves critical work on its model",
+        input_doc(budget="soft_exceeded", priority="critical"),
         allowed(limits={**LIMITS, "max_tokens": 1024}),
+    ),
+    (
+        "the extraction workflow is served by the economy class",
+        input_doc(workflow="extraction"),
+        allowed(route=ECONOMY_ROUTE),
+    ),
+    (
+        "a workflow the table does not list stays on its model",
+        input_doc(workflow="other", priority="background"),
+        allowed(),
     ),
 ]

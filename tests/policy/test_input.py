@@ -58,7 +58,13 @@ def test_a_chat_request_becomes_its_facts() -> None:
         "response_format": {"type": "json_object"},
     }
     doc = build_input(
-        exchange(body, session_key="s", headers={"x-data-class": "Confidential"}),
+        exchange(
+            body,
+            session_key="s",
+            headers={"x-data-class": "Confidential"},
+            workflow="extraction",
+            priority="background",
+        ),
         ["local", "workers-ai", "local"],
     ).document
     assert doc == {
@@ -80,6 +86,8 @@ def test_a_chat_request_becomes_its_facts() -> None:
         "session": True,
         "budget": "ok",
         "data_class": "confidential",
+        "workflow": "extraction",
+        "priority": "background",
         "request_id": "req-1",
     }
 

@@ -30,7 +30,9 @@ def telemetry_block(endpoint: str, **traces: Any) -> dict[str, Any]:
 
 
 def traced_config(sim: RunningSimulator, telemetry: dict[str, Any], **overrides: Any) -> Any:
-    """chat (one upstream), failover (local, then backup), pooled (two replicas, one retry)."""
+    """chat (one upstream), failover (local, then backup), pooled (two replicas, one retry);
+    `models` in the overrides adds aliases."""
+    extra_models = overrides.pop("models", {})
     return gateway_config(
         upstreams={
             "local": openai_upstream(sim.openai_base_url(0)),
@@ -51,6 +53,7 @@ def traced_config(sim: RunningSimulator, telemetry: dict[str, Any], **overrides:
             ],
             "pooled": [{"upstream": "pool", "model": "sim-model"}],
             "embed": [{"upstream": "local", "model": "@cf/baai/bge-large-en-v1.5"}],
+            **extra_models,
         },
         telemetry=telemetry,
         **overrides,

@@ -80,6 +80,12 @@ def governed(
         audit={"path": str(directory / "audit.jsonl"), "fsync": "never"},
         state={"sqlite_path": str(directory / "state.db")},
         prices={"sim-model": {"input": 1.0, "cached_input": 0.1, "output": 4.0}},
+        models={  # run side by side: every request also goes to a shadow (the Cost dashboard's arms)
+            "side-by-side": [
+                {"upstream": "local", "model": "sim-model"},
+                {"upstream": "backup", "model": "sim-model", "mirror": 100},
+            ]
+        },
         tenants={
             "alpha": {
                 "models": ["*"],
@@ -171,6 +177,10 @@ def _traffic(gateway: RunningGateway, sim: RunningSimulator) -> None:
         sim.faults.set({"status": 503, "message": "overloaded"}, count=1)
         alpha.chat.completions.create(model="pooled", messages=HELLO)  # a retry
         alpha.embeddings.create(model="embed", input="hello")
+        for _ in range(3):
+            list(alpha.chat.completions.create(model="side-by-side", messages=HELLO, stream=True))
+        sim.faults.set({"status": 500, "message": "shadow broke"}, count=1, replica=1)
+        alpha.chat.completions.create(model="side-by-side", messages=HELLO)  # its shadow fails, unseen
         with pytest.raises(openai.NotFoundError):
             alpha.chat.completions.create(model="no-such-model", messages=HELLO)
         with pytest.raises(openai.PermissionDeniedError):

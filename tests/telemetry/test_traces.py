@@ -19,12 +19,13 @@ from tests.telemetry.receiver import OtlpReceiver, ReceivedSpan, otlp_grpc_recei
 # No metering here: Idempotency-Key is handled by its own stage, where the meter would be.
 STAGES_WITHOUT_POLICY = [
     "admit",
+    "label",
     "redact",
     "tool_offer",
     "image_destinations",
     "context_cap",
-    "idempotency",
     "route",
+    "idempotency",
 ]
 
 
