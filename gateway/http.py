@@ -151,7 +151,7 @@ class GatewayASGI:
                 if self._draining:
                     raise _shutting_down()
                 await self._counted(self._model_call(services, door, headers, request_id, receive, send))
-            elif path == "/v1/models":
+            elif path == "/v1/models" and services.door_routes is None:
                 _require(method, "GET", path)
                 principal = services.authenticate(headers.get("authorization"))
                 await _send_json(send, 200, _models_body(services.models_for(principal)), request_id)

@@ -1,8 +1,11 @@
 """The doors' routes beside their model calls: stored responses (`GET` and `DELETE
-/v1/responses/{id}`), `POST /v1/messages/count_tokens` and `GET /v1/models/{id}`.
+/v1/responses/{id}`), `POST /v1/messages/count_tokens`, and `GET /v1/models` and
+`/v1/models/{id}`, which both APIs' clients call (in Anthropic's format when the request
+carries `anthropic-version`).
 
-Each authenticates as its door does; a model alias the key may not use gets the same 404 as
-an unknown one, so a key cannot probe for other tenants' models.
+Each authenticates as its door does (the models routes take the key in either header); a
+model alias the key may not use gets the same 404 as an unknown one, so a key cannot probe
+for other tenants' models.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from gateway.validation import parse_json_object
 COUNT_TOKENS = "/v1/messages/count_tokens"
 _RESPONSES = "/v1/responses/"
 _MODELS = "/v1/models/"
+_MODELS_LIST = "/v1/models"
 _BYTES_PER_TOKEN = 4  # the same rough rate as the gateway's own count of unreported usage
 
 
@@ -39,7 +43,7 @@ class DoorRoutes:
         self._messages = messages
 
     def serves(self, path: str) -> bool:
-        return path == COUNT_TOKENS or path.startswith((_RESPONSES, _MODELS))
+        return path in (COUNT_TOKENS, _MODELS_LIST) or path.startswith((_RESPONSES, _MODELS))
 
     async def handle(
         self, method: str, path: str, headers: Mapping[str, str], body: Callable[[], Awaitable[bytes]]
@@ -48,11 +52,13 @@ class DoorRoutes:
             _require(method, "POST", path)
             principal = self._authenticate(self._messages.credential(headers))
             return await self._count_tokens(principal, await body())
-        if path.startswith(_MODELS):
+        if path == _MODELS_LIST or path.startswith(_MODELS):
             _require(method, "GET", path)
-            door = self._messages if "anthropic-version" in headers else self._responses
-            principal = self._authenticate(door.credential(headers))
-            return self._model(principal, path[len(_MODELS) :], "anthropic-version" in headers)
+            principal = self._authenticate(self._messages.credential(headers))  # either header
+            anthropic = "anthropic-version" in headers
+            if path == _MODELS_LIST:
+                return self._models(principal, anthropic)
+            return self._model(principal, path[len(_MODELS) :], anthropic)
         principal = self._authenticate(self._responses.credential(headers))
         response_id = path[len(_RESPONSES) :]
         if not response_id or "/" in response_id:
@@ -82,12 +88,20 @@ class DoorRoutes:
     def _model(self, principal: Principal, alias: str, anthropic: bool) -> bytes:
         if alias not in self._aliases_for(principal):
             raise model_not_found(alias)
-        body: dict[str, Any]
+        return orjson.dumps(_model(alias, anthropic))
+
+    def _models(self, principal: Principal, anthropic: bool) -> bytes:
+        models = [_model(alias, anthropic) for alias in self._aliases_for(principal)]
         if anthropic:
-            body = {"type": "model", "id": alias, "display_name": alias, "created_at": "1970-01-01T00:00:00Z"}
-        else:
-            body = {"id": alias, "object": "model", "created": 0, "owned_by": "tollgate"}
-        return orjson.dumps(body)
+            first, last = (models[0]["id"], models[-1]["id"]) if models else (None, None)
+            return orjson.dumps({"data": models, "has_more": False, "first_id": first, "last_id": last})
+        return orjson.dumps({"object": "list", "data": models})
+
+
+def _model(alias: str, anthropic: bool) -> dict[str, Any]:
+    if anthropic:
+        return {"type": "model", "id": alias, "display_name": alias, "created_at": "1970-01-01T00:00:00Z"}
+    return {"id": alias, "object": "model", "created": 0, "owned_by": "tollgate"}
 
 
 def _require(method: str, expected: str, path: str) -> None:

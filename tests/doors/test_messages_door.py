@@ -391,3 +391,32 @@ def test_count_tokens_and_models_retrieve(claude: anthropic.Anthropic, doors_gat
         pytest.raises(anthropic.NotFoundError),
     ):
         other.models.retrieve("kimi")  # beta may use "chat" only
+
+
+def test_models_list_in_each_format(claude: anthropic.Anthropic, doors_gateway: RunningGateway) -> None:
+    listed = list(claude.models.list())
+    assert [(m.id, m.type) for m in listed] == [
+        ("chat", "model"),
+        ("kimi", "model"),
+        ("dead", "model"),
+        ("dead-first", "model"),
+    ]
+    with httpx.Client(base_url=doors_gateway.url) as http:
+        by_x_api_key = http.get(
+            "/v1/models", headers={"x-api-key": TEST_KEY, "anthropic-version": "2023-06-01"}
+        )
+        openai_format = http.get("/v1/models", headers={"authorization": f"Bearer {TEST_KEY}"})
+        unknown_key = http.get(
+            "/v1/models", headers={"x-api-key": "tg-wrong", "anthropic-version": "2023-06-01"}
+        )
+    assert by_x_api_key.json()["first_id"] == "chat"
+    assert by_x_api_key.json()["has_more"] is False
+    assert openai_format.json()["object"] == "list"
+    assert openai_format.json()["data"][0] == {
+        "id": "chat",
+        "object": "model",
+        "created": 0,
+        "owned_by": "tollgate",
+    }
+    assert unknown_key.status_code == 401
+    assert unknown_key.json()["error"]["type"] == "authentication_error"
