@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from adapters.audit import build_audit_writer
 from adapters.policy import open_policy_engine
 from adapters.responses import build_response_store
-from adapters.state import build_state_store, warn_if_not_durable
+from adapters.state import build_key_store, build_state_store, warn_if_not_durable
 from adapters.upstream import build_upstream
 from gateway.access_log import AccessLog
 from gateway.audit.completion import AuditCompletion
@@ -27,6 +27,7 @@ from gateway.config import (
     load_config,
     metrics_dir_from_env,
 )
+from gateway.config_reload import ConfigReloader
 from gateway.doors.messages import MessagesDoor
 from gateway.doors.registry import Doors, build_doors
 from gateway.doors.response_store import ResponseRecords
@@ -37,9 +38,12 @@ from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
 from gateway.keys import KeyRing, key_id
+from gateway.keystore.admin import KeysAdmin
+from gateway.keystore.lookup import KeyLookup
+from gateway.keystore.parts import LiveKeys, open_live_keys
 from gateway.metering.counted import CountedUsage
 from gateway.metering.idempotency import IdempotencyOnly
-from gateway.metering.parts import metering_parts, state_config
+from gateway.metering.parts import MeteringParts, metering_parts, replanned, state_config
 from gateway.metering.prices import PriceBook
 from gateway.metering.produced import ProducedText
 from gateway.pipeline import Finisher, Pipeline, Stage
@@ -50,10 +54,10 @@ from gateway.redaction.settings import RedactionSettings, scrubber_for
 from gateway.redaction.state import RedactionCounters
 from gateway.request_ids import UpstreamIds
 from gateway.routing.choice import LatencyBoard
-from gateway.routing.probes import HealthProber
+from gateway.routing.live_upstreams import LiveUpstreams
+from gateway.routing.mirror import Mirror
 from gateway.routing.readiness import upstream_readiness
 from gateway.routing.tables import candidates_from, live_choices, mirror_from
-from gateway.routing.upstream_route import build_routes, probe_targets
 from gateway.stages.admit import Admit
 from gateway.stages.decide import Decide
 from gateway.stages.label import Label
@@ -81,6 +85,24 @@ def keyring_from(config: GatewayConfig, tenants: dict[str, Tenant]) -> KeyRing:
         )
         for key in config.keys
     )
+
+
+def idempotency_only(config: GatewayConfig) -> IdempotencyOnly:
+    """Without metering, Idempotency-Key is still honoured, on the embedded store."""
+    embedded = StateConfig()
+    return IdempotencyOnly(
+        lambda: build_state_store(embedded), config.metering.idempotency_ttl_s, embedded.lease_s
+    )
+
+
+async def live_keys_from(
+    config: GatewayConfig, tenants: dict[str, Tenant], audit: AuditSink | None
+) -> LiveKeys | None:
+    """Keys in the state store beside the config's, when `live_keys` is configured."""
+    state = state_config(config)
+    if config.live_keys is None or state is None:
+        return None
+    return await open_live_keys(config, build_key_store(state), tenants, audit)
 
 
 def audit_sink_from(config: GatewayConfig) -> AuditSink | None:
@@ -126,7 +148,11 @@ class DoorParts:
     aclose: Callable[[], Awaitable[None]]
 
 
-def door_parts_from(config: GatewayConfig, admit: Admit, route: Route) -> DoorParts:
+def door_parts_from(
+    config: GatewayConfig,
+    authenticate: Callable[[str | None], Principal],
+    models_for: Callable[[Principal], list[str]],
+) -> DoorParts:
     store = build_response_store(config.responses)
     records = (
         ResponseRecords(store, config.responses.retention_s, scrubber_for(config).record)
@@ -135,8 +161,8 @@ def door_parts_from(config: GatewayConfig, admit: Admit, route: Route) -> DoorPa
     )
     doors = build_doors(records)
     routes = DoorRoutes(
-        admit.authenticate,
-        lambda principal: route.aliases_for(principal.tenant.models),
+        authenticate,
+        models_for,
         doors.find(ResponsesDoor),
         doors.find(MessagesDoor),
     )
@@ -156,58 +182,28 @@ def _in_turn(*steps: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[No
 
 
 def build_services(
-    config: GatewayConfig, redaction: RedactionSettings | None = None
+    config: GatewayConfig, redaction: RedactionSettings | None = None, config_path: str | None = None
 ) -> Callable[[], Awaitable[Services]]:
-    """`redaction` replaces the settings compiled from config (tests inject a failing detector)."""
+    """`redaction` replaces the settings compiled from config (tests inject a failing detector);
+    `config_path`: the file the config came from, watched for edits (gateway/config_reload.py)."""
 
     async def build() -> Services:
         # First: a policy that cannot be loaded stops the start before anything else is opened.
         engine = await open_policy_engine(config.policy) if config.policy is not None else None
-        tenants = tenants_from(config)
-        admit = Admit(keyring_from(config, tenants))
-        latency_board = LatencyBoard()
-        route = Route(
-            candidates_from(config),
-            live_choices(config, latency_board, PriceBook.from_config(config.prices)),
-        )
-        upstreams = {name: build_upstream(name, spec) for name, spec in config.upstreams.items()}
-        routes = build_routes(config, upstreams)
-        forwarder = Forwarder(routes)
-        prober = HealthProber(probe_targets(routes))
         audit = audit_sink_from(config)
+        live = await live_keys_from(config, tenants_from(config), audit)
+        # The longest a request may use an upstream a config edit replaced, before it is closed.
+        live_upstreams = LiveUpstreams(config, build_upstream, config.server.request_timeout_s + 5)
+        upstreams, routes = live_upstreams.upstreams, live_upstreams.routes  # changed in place by edits
         state = state_config(config)
         metering = metering_parts(config, state, build_state_store(state)) if state is not None else None
         if metering is not None:
             await warn_if_not_durable(metering.store)
-        band = metering.bands.band if metering is not None else None
-        decide = [decide_from(config.policy, engine, config, audit, band)] if config.policy and engine else []
         redaction_counters = RedactionCounters()
-        redact = Redact(redaction or RedactionSettings.from_config(config), redaction_counters)
-        # Without metering, Idempotency-Key is still honoured, on the embedded store.
-        embedded = StateConfig()
-        keys_only = (
-            None
-            if metering
-            else IdempotencyOnly(
-                lambda: build_state_store(embedded), config.metering.idempotency_ttl_s, embedded.lease_s
-            )
-        )
-        meter: list[Stage] = [metering.meter] if metering else [keys_only] if keys_only else []
+        keys_only = None if metering else idempotency_only(config)
+        latency_board = LatencyBoard()
+        # Side-by-side runs and mirrors: their aliases and upstreams change only with a restart.
         mirror = mirror_from(config, routes, audit, metering.store if metering else None)
-        # route before meter: the reservation is priced on the candidates the request will
-        # actually be tried on (the alias a policy moved it to, the class it named).
-        stages: list[Stage] = [
-            admit,
-            Label(config.workflow_names),
-            *decide,
-            redact,
-            ToolOffer(),
-            ImageDestinations(),
-            ContextCap(),
-            route,
-            *meter,
-            *([mirror] if mirror else []),  # last: the shadow gets the body every stage has seen
-        ]
         # The gateway's count of usage the upstream did not report first, then settle, so the
         # access log and the audit record see the settled request.
         finishers: list[Finisher] = [
@@ -226,6 +222,7 @@ def build_services(
             ToolCallGuard(),
             UsageGuard(),
         ]
+        reloader = _reloader(config, config_path, lambda edited: reload_into(services, edited, lasting))
         telemetry = build_telemetry(
             config,
             upstreams=upstreams,
@@ -235,19 +232,45 @@ def build_services(
             audit=audit,
             metrics_dir=metrics_dir_from_env(),
             policy_queue=engine.evaluation_queue() if engine is not None else None,
+            live_keys_age=live.cache.age_s if live is not None else None,
+            config_edits=reloader.counts.by_outcome if reloader is not None else None,
         )
-        door_parts = door_parts_from(config, admit, route)
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
         if mirror is not None and telemetry.arms is not None:
             mirror.listeners.append(telemetry.arms)
-        pipeline = Pipeline(stages, forwarder, guards, finishers, error_guards=[redaction_guard])
+        lasting = Lasting(
+            engine=engine,
+            audit=audit,
+            live=live,
+            metering=metering,
+            state=state,
+            keys_only=keys_only,
+            upstreams=live_upstreams,
+            latency_board=latency_board,
+            mirror=mirror,
+            guards=tuple(guards),
+            finishers=tuple(finishers),
+            redaction_guard=redaction_guard,
+            redaction_counters=redaction_counters,
+            redaction=redaction,
+            # keys and aliases are read through the services, where a config edit swaps them
+            doors=door_parts_from(
+                config,
+                lambda header: services.authenticate(header),  # noqa: PLW0108
+                lambda principal: services.models_for(principal),  # noqa: PLW0108
+            ),
+        )
+        assembled = assemble(config, lasting)
+        background: list[asyncio.Task[None]] = []
 
         async def close() -> None:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             await telemetry.aclose()  # first: its last export still reads the state store (budgets)
-            await prober.aclose()
             if mirror is not None:
                 await mirror.aclose()
-            await asyncio.gather(*(u.aclose() for u in upstreams.values()))
+            await live_upstreams.aclose()
             if audit is not None:
                 await audit.aclose()
             if engine is not None:
@@ -256,33 +279,155 @@ def build_services(
                 await metering.aclose()
             if keys_only is not None:
                 await keys_only.aclose()
+            if live is not None:
+                await live.aclose()
 
-        prober.start()  # last: a start that failed above leaves no background task behind
+        live_upstreams.start()  # last: a start that failed above leaves no background task behind
+        if live is not None:
+            live.start()
+        if reloader is not None:
+            background.append(asyncio.get_running_loop().create_task(reloader.run(), name="tollgate-config"))
         telemetry.metrics.start()
-        return Services(
-            pipeline=pipeline,
-            authenticate=admit.authenticate,
-            models_for=lambda principal: route.aliases_for(principal.tenant.models),
+        services = Services(
+            pipeline=assembled.pipeline,
+            authenticate=assembled.admit.authenticate,
+            models_for=assembled.models_for,
             upstream_health=lambda: upstream_readiness(routes),
             max_body_bytes=config.server.max_body_bytes,
             request_timeout_s=config.server.request_timeout_s,
-            close=_in_turn(close, door_parts.aclose),  # the responses store last
-            admin_spend=metering.admin.spend if metering and metering.admin else None,
+            close=_in_turn(close, lasting.doors.aclose),  # the responses store last
+            admin_spend=assembled.admin_spend,
             tracer=telemetry.tracer,
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
             upstream_ids=UpstreamIds(key.encode() if (key := config.server.request_id_key) else None),
             policy_readiness=(engine.name, engine.readiness) if engine is not None else None,
-            doors=door_parts.doors,
-            door_routes=door_parts.routes,
+            doors=lasting.doors.doors,
+            door_routes=lasting.doors.routes,
+            admin_keys=assembled.admin_keys,
         )
+        return services
 
     return build
 
 
+@dataclass(frozen=True, slots=True)
+class Lasting:
+    """The parts that live as long as the process: a config edit rebuilds the stages around them."""
+
+    engine: PolicyEngine | None
+    audit: AuditSink | None
+    live: LiveKeys | None
+    metering: MeteringParts | None
+    state: StateConfig | None
+    keys_only: IdempotencyOnly | None
+    upstreams: LiveUpstreams
+    latency_board: LatencyBoard
+    mirror: Mirror | None
+    guards: tuple[ResponseGuard, ...]
+    finishers: tuple[Finisher, ...]
+    redaction_guard: RedactionGuard
+    redaction_counters: RedactionCounters
+    redaction: RedactionSettings | None  # settings injected by a test, kept over edits
+    doors: DoorParts  # the client APIs and the responses store (`responses` changes with a restart)
+
+
+@dataclass(frozen=True, slots=True)
+class Assembled:
+    """What one config gives the edge: the pipeline, the parts of it /v1/models and
+    /admin/spend use, and /admin/keys with the config's operator credentials."""
+
+    pipeline: Pipeline
+    admit: Admit
+    route: Route
+    metering: MeteringParts | None
+    admin_keys: KeysAdmin | None
+
+    def models_for(self, principal: Principal) -> list[str]:
+        return self.route.aliases_for(principal.tenant.models)
+
+    @property
+    def admin_spend(self) -> Callable[[str | None, str], Awaitable[bytes]] | None:
+        metering = self.metering
+        return metering.admin.spend if metering is not None and metering.admin is not None else None
+
+
+def assemble(config: GatewayConfig, lasting: Lasting) -> Assembled:
+    """The request's stages, in order, from what a config edit may change (keys, tenants,
+    budgets, rate limits, model aliases, redaction)."""
+    tenants = tenants_from(config)
+    keyring = keyring_from(config, tenants)
+    live = lasting.live
+    if live is not None:
+        live.cache.retarget(tenants)
+    admit = Admit(KeyLookup(keyring, live.cache) if live is not None else keyring)
+    route = Route(
+        candidates_from(config),
+        live_choices(config, lasting.latency_board, PriceBook.from_config(config.prices)),
+    )
+    metering, state, engine = lasting.metering, lasting.state, lasting.engine
+    metered = replanned(metering, config, state) if metering is not None and state is not None else None
+    band = metered.bands.band if metered is not None else None
+    decide = (
+        [decide_from(config.policy, engine, config, lasting.audit, band)] if config.policy and engine else []
+    )
+    redact = Redact(lasting.redaction or RedactionSettings.from_config(config), lasting.redaction_counters)
+    keys_only = lasting.keys_only
+    meter: list[Stage] = [metered.meter] if metered else [keys_only] if keys_only else []
+    mirror = lasting.mirror
+    # route before meter: the reservation is priced on the candidates the request will
+    # actually be tried on (the alias a policy moved it to, the class it named).
+    stages: list[Stage] = [
+        admit,
+        Label(config.workflow_names),
+        *decide,
+        redact,
+        ToolOffer(),
+        ImageDestinations(),
+        ContextCap(),
+        route,
+        *meter,
+        *([mirror] if mirror else []),  # last: the shadow gets the body every stage has seen
+    ]
+    forwarder = Forwarder(lasting.upstreams.routes)
+    pipeline = Pipeline(
+        stages, forwarder, lasting.guards, lasting.finishers, error_guards=[lasting.redaction_guard]
+    )
+    return Assembled(pipeline, admit, route, metered, live.admin(config) if live is not None else None)
+
+
+def reload_into(services: Services, edited: GatewayConfig, lasting: Lasting) -> None:
+    """An edited config: its upstreams (new or changed ones built, the others kept), then the
+    stages built on them, swapped in."""
+    lasting.upstreams.update(edited)
+    swap_in(services, assemble(edited, lasting))
+
+
+def swap_in(services: Services, edited: Assembled) -> None:
+    """An edited config's stages: a request takes the pipeline once, when it starts."""
+    services.pipeline = edited.pipeline
+    services.authenticate = edited.admit.authenticate
+    services.models_for = edited.models_for
+    services.admin_spend = edited.admin_spend
+    services.admin_keys = edited.admin_keys
+
+
+def _reloader(
+    config: GatewayConfig, path: str | None, apply: Callable[[GatewayConfig], None]
+) -> ConfigReloader | None:
+    interval = config.server.config_reload_interval_s
+    if path is None or interval <= 0:
+        return None
+    return ConfigReloader(path, config, apply, interval)
+
+
 def create_app(
-    config: GatewayConfig | None = None, redaction: RedactionSettings | None = None
+    config: GatewayConfig | None = None,
+    redaction: RedactionSettings | None = None,
+    config_path: str | None = None,
 ) -> GatewayASGI:
-    """ASGI application factory; without a config it loads the file named by TOLLGATE_CONFIG."""
+    """ASGI application factory; without a config it loads the file named by TOLLGATE_CONFIG.
+    The file the config came from (`config_path`, or that one) is watched for edits."""
     if config is None:
-        config = load_config(config_path_from_env())
-    return GatewayASGI(build_services(config, redaction))
+        config_path = config_path_from_env()
+        config = load_config(config_path)
+    return GatewayASGI(build_services(config, redaction, config_path))

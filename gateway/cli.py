@@ -29,6 +29,7 @@ from gateway.config import (
 )
 from gateway.keys import generate_key, hash_key
 from gateway.keys_file import append_key, entry_line, key_entry
+from gateway.routing_config import PRIORITIES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     create.add_argument("--label", default="")
     create.add_argument("--config", help="check the tenant exists in this config file")
     create.add_argument("--append", metavar="KEYS_FILE", help="append the hash entry to this keys file")
+    _add_live_key_commands(key_commands, create)
 
     config = commands.add_parser("config", help="configuration tools")
     config_commands = config.add_subparsers(dest="config_command", required=True)
@@ -77,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "dev":
             return _dev(args.config, args.host, args.port, args.sim_port, args.sim_profile)
         if args.command == "keys":
+            if args.keys_command != "create" or args.store:
+                return _live_keys(args)
             return _keys_create(args.tenant, args.label, args.config, args.append)
         if args.command == "audit":
             if (args.path is None) == (args.redis is None):
@@ -156,6 +160,106 @@ def _keys_create(tenant: str, label: str, config_path: str | None, append: str |
         print("The key above is shown once. Store this entry under `keys:`:", file=sys.stderr)
         print(entry_line(entry), file=sys.stderr)
     return 0
+
+
+def _add_live_key_commands(
+    key_commands: argparse._SubParsersAction[argparse.ArgumentParser], create: argparse.ArgumentParser
+) -> None:
+    create.add_argument(
+        "--store", action="store_true", help="store it as a live key in the config's state store"
+    )
+    create.add_argument(
+        "--labels",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="with --store, repeatable: e.g. team=search",
+    )
+    create.add_argument("--expires-in", metavar="DURATION", help="with --store: e.g. 90s, 15m, 12h, 30d")
+    create.add_argument("--workflow", help="with --store: the workflow of requests that send no x-workflow")
+    create.add_argument(
+        "--priority",
+        choices=PRIORITIES,
+        help="with --store: of its requests that send no x-priority (else normal)",
+    )
+    create.add_argument(
+        "--budget",
+        action="append",
+        default=[],
+        help="with --store, repeatable: e.g. day:usd=5, month:tokens=2000000:soft",
+    )
+    create.add_argument("--rpm", type=int, help="with --store: requests per minute for this key")
+    create.add_argument("--tpm", type=int, help="with --store: tokens per minute for this key")
+    listing = key_commands.add_parser(
+        "list", help="the live keys in the state store (never the keys themselves)"
+    )
+    listing.add_argument("--tenant")
+    listing.add_argument("--json", action="store_true")
+    revoke = key_commands.add_parser(
+        "revoke", help="revoke a live key; every gateway refuses it within a second"
+    )
+    revoke.add_argument("key_id")
+    rotate = key_commands.add_parser(
+        "rotate", help="a new live key in place of one; the old works for --overlap"
+    )
+    rotate.add_argument("key_id")
+    rotate.add_argument("--overlap", default="1h", help="how long the old key keeps working (default 1h)")
+    rotate.add_argument("--expires-in", metavar="DURATION", help="the new key's lifetime (default: none)")
+    for sub in (listing, revoke, rotate):
+        _config_arg(sub)
+
+
+def _live_keys(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from adapters.state import build_key_store
+    from gateway.app import audit_sink_from
+    from gateway.config import StateConfig
+    from gateway.keystore import commands
+    from gateway.keystore.operations import KeyOperations
+    from gateway.metering.parts import state_config
+
+    config_path = args.config or os.environ.get(CONFIG_ENV, DEFAULT_CONFIG_PATH)
+    config = load_config(config_path)
+    if config.live_keys is None:
+        raise ConfigError(
+            f"{config_path}: no `live_keys:` block, so no gateway with this config serves keys from the "
+            "state store; add `live_keys: {}` (or use `keys create --append KEYS_FILE`)"
+        )
+    store = build_key_store(state_config(config) or StateConfig())
+
+    async def run() -> int:
+        audit = audit_sink_from(config)
+        operations = KeyOperations(store, lambda: config.tenants, config.workflow_names, audit)
+        try:
+            if args.keys_command == "create":
+                return await commands.run(
+                    lambda: commands.create(
+                        operations,
+                        args.tenant,
+                        args.label,
+                        args.labels,
+                        args.expires_in,
+                        args.workflow,
+                        args.priority,
+                        args.budget,
+                        args.rpm,
+                        args.tpm,
+                    )
+                )
+            if args.keys_command == "list":
+                return await commands.run(lambda: commands.listing(operations, args.tenant, args.json))
+            if args.keys_command == "revoke":
+                return await commands.run(lambda: commands.revoke(operations, args.key_id))
+            return await commands.run(
+                lambda: commands.rotate(operations, args.key_id, args.overlap, args.expires_in)
+            )
+        finally:
+            if audit is not None:
+                await audit.aclose()  # writes what is queued: the change's record
+            await store.aclose()
+
+    return asyncio.run(run())
 
 
 def _add_spend_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

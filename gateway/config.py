@@ -58,6 +58,9 @@ class ServerConfig(_Strict):
     # On SIGTERM, how long the port stays open at least, /readyz answering 503 and new calls
     # refused with 503, while calls in flight finish (gateway/worker_server.py).
     drain_s: float = Field(2.0, ge=0)
+    # How often the config file (and its keys file) is looked at for edits; 0: never
+    # (gateway/config_reload.py says what an edit can change without a restart).
+    config_reload_interval_s: float = Field(1.0, ge=0)
 
 
 class TimeoutsConfig(_Strict):
@@ -333,6 +336,15 @@ class KeyConfig(_Strict):
     rate_limits: RateLimitConfig | None = None  # in addition to the tenant's
 
 
+class LiveKeysConfig(_Strict):
+    """Keys managed at runtime (`tollgate keys`, /admin/keys), kept in the `state` store
+    (hashes only) beside the keys of this file. With this block, metering is on."""
+
+    # How often each worker reads the store's key version; a revocation reaches every worker
+    # of every replica within about this long (bounded so that it stays under a second).
+    poll_interval_ms: int = Field(250, ge=10, le=500)
+
+
 class AuditConfig(_Strict):
     """The decision log: one hash-chained record per policy decision and per completed request."""
 
@@ -408,6 +420,7 @@ class GatewayConfig(_Strict):
     tenants: dict[str, TenantConfig]
     keys: list[KeyConfig] = []
     keys_file: str | None = None  # more keys, same shape as `keys`, resolved relative to the config file
+    live_keys: LiveKeysConfig | None = None  # keys in the state store, changed at runtime
     audit: AuditConfig | None = None  # no decision log without it
     policy: PolicyConfig | None = None  # no policy decisions without it
     redaction: RedactionConfig = RedactionConfig()  # default for tenants without their own

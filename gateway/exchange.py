@@ -16,6 +16,7 @@ from gateway.tracing import NO_TRACE, RequestTrace
 
 if TYPE_CHECKING:
     from gateway.doors.base import Door
+    from gateway.keystore.records import KeyLimits
     from gateway.metering.idempotency import IdempotencyHold
     from gateway.metering.ticket import MeterTicket
     from gateway.policy.decision import Decision
@@ -54,6 +55,7 @@ class Principal:
     # config file's keys or from live keys in the state store alike.
     default_workflow: str | None = None
     default_priority: str | None = None
+    limits: KeyLimits | None = None  # a live key's own budgets and rate limits (config keys: in MeterPlans)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,8 @@ from gateway.errors import (
     UnsupportedMediaType,
 )
 from gateway.exchange import Exchange, Principal
+from gateway.keystore.admin import PREFIX as ADMIN_KEYS
+from gateway.keystore.admin import AdminCall
 from gateway.logs import flush_logs
 from gateway.pipeline import Pipeline
 from gateway.ports import EngineReadiness
@@ -85,6 +87,8 @@ class Services:
     # the client APIs served (doors/registry.py), and their routes beside the model calls
     doors: Doors = field(default_factory=lambda: Doors(openai_doors()))
     door_routes: DoorRoutes | None = None
+    # /admin/keys[/...]: the call -> (status, JSON); None: no live keys (gateway/keystore/admin.py)
+    admin_keys: Callable[[AdminCall], Awaitable[tuple[int, bytes]]] | None = None
 
 
 class GatewayASGI:
@@ -177,10 +181,10 @@ class GatewayASGI:
                 query = scope.get("query_string", b"").decode("latin-1")
                 body = await services.admin_spend(headers.get("authorization"), query)
                 await _send_json(send, 200, body, request_id)
-            elif services.door_routes is not None and services.door_routes.serves(path):
+            elif path == ADMIN_KEYS or path.startswith(ADMIN_KEYS + "/"):
+                await _admin_keys(services, scope, headers, request_id, receive, send)
+            else:  # a door's other routes (stored responses, count_tokens, a model), or nothing
                 await _door_route(services, scope, headers, request_id, receive, send)
-            else:
-                raise NotFound(f"Unknown path {path}.", code="unknown_url")
         except GatewayError as exc:
             door = services.doors.for_errors(path, headers) if services is not None else None
             await _send_error(send, exc, request_id, door)
@@ -323,12 +327,42 @@ async def _door_route(
     services: Services, scope: Scope, headers: dict[str, str], request_id: str, receive: Receive, send: Send
 ) -> None:
     """A door's route beside its model calls (stored responses, count_tokens, a model)."""
-    assert services.door_routes is not None
+    path: str = scope["path"]
+    if services.door_routes is None or not services.door_routes.serves(path):
+        raise NotFound(f"Unknown path {path}.", code="unknown_url")
     limit = services.max_body_bytes
     body = await services.door_routes.handle(
         scope["method"], scope["path"], headers, lambda: _read_body(receive, headers, limit)
     )
     await _send_json(send, 200, body, request_id)
+
+
+async def _admin_keys(
+    services: Services,
+    scope: Scope,
+    headers: dict[str, str],
+    request_id: str,
+    receive: Receive,
+    send: Send,
+) -> None:
+    if services.admin_keys is None:
+        raise NotFound(
+            "Live keys are not enabled on this gateway: /admin/keys needs an `admin:` block (operator "
+            "token hashes) and a `live_keys:` block.",
+            code="admin_keys_not_configured",
+        )
+    method: str = scope["method"]
+    body = await _read_body(receive, headers, services.max_body_bytes) if method == "POST" else b""
+    call = AdminCall(
+        method,
+        scope["path"],
+        scope.get("query_string", b"").decode("latin-1"),
+        headers.get("authorization"),
+        body,
+        request_id,
+    )
+    status, payload = await services.admin_keys(call)
+    await _send_json(send, status, payload, request_id)
 
 
 def _shutting_down() -> GatewayError:

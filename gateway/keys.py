@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Iterable
+from typing import Protocol
 
 from gateway.exchange import Principal
 
@@ -32,6 +33,14 @@ def key_id(stored_hash: str) -> str:
     return stored_hash.removeprefix(HASH_PREFIX)[:12]
 
 
+class Authenticator(Protocol):
+    def authenticate(self, presented: str) -> Principal | None: ...
+
+
+def digest_of(presented: str) -> bytes:
+    return hashlib.sha256(presented.encode()).digest()
+
+
 class KeyRing:
     def __init__(self, entries: Iterable[tuple[str, Principal]]) -> None:
         self._by_digest: dict[bytes, tuple[bytes, Principal]] = {}
@@ -43,7 +52,9 @@ class KeyRing:
         return len(self._by_digest)
 
     def authenticate(self, presented: str) -> Principal | None:
-        digest = hashlib.sha256(presented.encode()).digest()
+        return self.find(digest_of(presented))
+
+    def find(self, digest: bytes) -> Principal | None:
         found = self._by_digest.get(digest)
         if found is None or not hmac.compare_digest(found[0], digest):
             return None

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.exchange import Endpoint
+from gateway.keystore.records import KeyChanges, LiveKey
 from gateway.metering.records import (
     IdempotencyClaim,
     ReserveOutcome,
@@ -254,5 +255,41 @@ class StateStore(Protocol):
         ...
 
     async def ping(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class KeyStore(Protocol):
+    """Live keys (gateway/keystore/records.py), shared by every process and replica that uses
+    the same store. Each method is one atomic step; any failure to reach the store raises
+    StateStoreUnavailable. Every change takes the store's next version number.
+
+    - `insert`: a new key; KeyConflict when its id is taken.
+    - `update`: revoke (the first revocation's time is kept) and/or move the expiry earlier
+      (never later); KeyNotFound for an unknown id. Returns the key as stored.
+    - `rotate`: in one step, `new` is inserted and the old key's expiry moved to at most
+      `old_expires_at_ms`; KeyNotFound, KeyNotUsable (revoked or expired at `now_ms`) or
+      KeyConflict, changing nothing. Returns (old, new) as stored.
+    """
+
+    name: str  # "sqlite" or "redis"
+
+    async def version(self) -> int:
+        """The version of the store's last key change (0: none yet)."""
+        ...
+
+    async def changes(self, since: int) -> KeyChanges: ...
+
+    async def get(self, key_id: str) -> LiveKey | None: ...
+
+    async def insert(self, key: LiveKey) -> LiveKey: ...
+
+    async def update(
+        self, key_id: str, *, revoked_at_ms: int | None = None, expires_at_ms: int | None = None
+    ) -> LiveKey: ...
+
+    async def rotate(
+        self, old_id: str, new: LiveKey, old_expires_at_ms: int, now_ms: int
+    ) -> tuple[LiveKey, LiveKey]: ...
 
     async def aclose(self) -> None: ...

@@ -17,9 +17,10 @@ GC_YOUNG_THRESHOLD = 20_000
 
 
 def app_factory() -> GatewayASGI:
-    config = load_config(config_path_from_env())
+    path = config_path_from_env()
+    config = load_config(path)
     configure_logging(config.server.log_level, scrubber_for(config))
-    app = create_app(config)
+    app = create_app(config, config_path=path)
     tune_gc()
     return app
 

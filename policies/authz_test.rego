@@ -246,6 +246,7 @@ test_a_tenant_narrows_image_hosts_without_private_ones if {
 
 test_an_extraction_workflow_is_served_by_the_economy_alias if {
 	d := authz.decision with input.tenant as "demo"
+		with data.tenants.demo.models as ["kimi-k2.6", "economy"]
 		with input.endpoint as "chat.completions"
 		with input.model as "kimi-k2.6"
 		with input.upstreams as ["local"]
@@ -271,6 +272,7 @@ test_a_workflow_without_a_class_stays_on_its_model if {
 
 test_a_soft_exceeded_budget_downgrades_normal_work if {
 	d := authz.decision with input.tenant as "demo"
+		with data.tenants.demo.models as ["kimi-k2.6", "economy"]
 		with input.endpoint as "chat.completions"
 		with input.model as "kimi-k2.6"
 		with input.upstreams as ["local"]

@@ -192,6 +192,22 @@ CIRCUIT_STATE = MetricSpec(
     "Circuit of each upstream replica: 0 closed, 1 half-open, 2 open (the worst any worker sees).",
     (n.UPSTREAM, n.REPLICA),
 )
+LIVE_KEYS_AGE = MetricSpec(
+    "tollgate.live_keys.age",
+    Kind.GAUGE,
+    "s",
+    "Seconds since the worker last read the state store's live-key version (the worst worker's): "
+    "a revocation reaches the worker within about this long.",
+    (),
+)
+CONFIG_EDITS = MetricSpec(
+    "tollgate.config.edits",
+    Kind.COUNTER,
+    "{edit}",
+    "Config file edits each worker looked at: applied, refused (the last good config serves), or "
+    "restart_pending (restart-only settings changed; the rest applied).",
+    ("tollgate.outcome",),
+)
 TELEMETRY_DROPPED = MetricSpec(
     "tollgate.telemetry.dropped",
     Kind.COUNTER,

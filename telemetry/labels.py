@@ -27,8 +27,9 @@ _LAST_TURN_BUCKET = "33+"
 
 
 class WorkflowLabels:
-    """The workflow of a request: its `x-workflow` header, else its key's label; or, when
-    `routing.workflows` is configured, the request's workflow as the label stage set it.
+    """The workflow of a request: its `x-workflow` header, else its key's default workflow,
+    else its key's label; or, when `routing.workflows` is configured, the request's workflow
+    as the label stage set it.
 
     With an allowlist, only listed values; without one, any value matching WORKFLOW_PATTERN,
     first come, up to `max_workflows` distinct values in this worker. A new value is also
@@ -50,7 +51,7 @@ class WorkflowLabels:
         raw = exchange.headers.get("x-workflow")
         if raw is None:
             principal = exchange.principal
-            raw = principal.key_label if principal is not None else ""
+            raw = (principal.default_workflow or principal.key_label) if principal is not None else ""
             if not raw:
                 return DEFAULT_WORKFLOW
         if raw in self._accepted:

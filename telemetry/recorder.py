@@ -40,10 +40,19 @@ class MetricsRecorder:
         self._prices = prices
         self._family_buckets = family_buckets
         self._families = families or PromptFamilyNames({})
-        # upstream name -> (provider, host); the host is the first replica's (all serve one model)
-        self._upstreams = {
-            name: (u.provider, urlsplit(u.replicas[0]).hostname or u.address) for name, u in upstreams.items()
-        }
+        # The running upstreams (a config reload changes them in place), and of each the
+        # (provider, host) labels: the host is the first replica's (all serve one model).
+        self._running = upstreams
+        self._upstreams = {name: _described(u) for name, u in upstreams.items()}
+
+    def _described(self, name: str) -> tuple[str, str]:
+        found = self._upstreams.get(name)
+        upstream = self._running.get(name)
+        if found is None or found[0] is not upstream:  # added or rebuilt by a config reload
+            if upstream is None:
+                return "", ""
+            found = self._upstreams[name] = _described(upstream)
+        return found[1], found[2]
 
     async def finish(self, exchange: Exchange) -> None:
         self.record(exchange)
@@ -82,7 +91,7 @@ class MetricsRecorder:
         served: Attempt | None = None
         previous: Attempt | None = None
         for attempt in exchange.attempts:
-            provider, host = self._upstreams.get(attempt.upstream, ("", ""))
+            provider, host = self._described(attempt.upstream)
             client = (operation, provider, attempt.model, host, attempt.upstream)
             if previous is None:
                 kind = "first"
@@ -128,7 +137,7 @@ class MetricsRecorder:
             m.spend.add((tenant, alias, workflow), cost / 1_000_000)
         if not usage.reported:
             return
-        provider, host = self._upstreams.get(served.upstream, ("", ""))
+        provider, host = self._described(served.upstream)
         client = (operation, provider, served.model, host, served.upstream)
         m.client_token_usage.observe((*client, "input"), usage.prompt_tokens)
         if exchange.endpoint is Endpoint.CHAT:
@@ -157,3 +166,7 @@ class MetricsRecorder:
         if redaction is not None and redaction.found:
             for entity, count in redaction.found.items():
                 m.redactions.add((tenant, entity), count)
+
+
+def _described(upstream: Upstream) -> tuple[Upstream, str, str]:
+    return upstream, upstream.provider, urlsplit(upstream.replicas[0]).hostname or upstream.address

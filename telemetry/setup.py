@@ -66,6 +66,8 @@ def build_telemetry(
     audit: AuditSink | None = None,
     metrics_dir: Path | None = None,
     policy_queue: EvaluationQueue | None = None,
+    live_keys_age: Callable[[], float] | None = None,
+    config_edits: Callable[[], Mapping[str, int]] | None = None,
 ) -> Telemetry:
     settings = config.telemetry
     resource = _resource(config)
@@ -108,6 +110,14 @@ def build_telemetry(
             registry.observed(spec.BUDGET_LIMIT, lambda: limits)
             async_sources.append((spec.BUDGET_USED, budgets.used))
     registry.observed(spec.CIRCUIT_STATE, circuit_states(routes))
+    if live_keys_age is not None:
+        read_age = live_keys_age
+        registry.observed(spec.LIVE_KEYS_AGE, lambda: [((), read_age())])
+    if config_edits is not None:
+        read_edits = config_edits
+        registry.observed(
+            spec.CONFIG_EDITS, lambda: [((outcome,), float(n)) for outcome, n in read_edits().items()]
+        )
     if policy_queue is not None:
         _measure_policy_queue(registry, policy_queue)
     otlp = settings.metrics.otlp

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from gateway.config import StateConfig
-from gateway.ports import StateStore
+from gateway.ports import KeyStore, StateStore
 
 logger = logging.getLogger("tollgate.state")
 
@@ -30,3 +30,15 @@ async def warn_if_not_durable(store: StateStore) -> None:
         problem = await store.durability_problem()
         if problem is not None:
             logger.warning(problem)
+
+
+def build_key_store(config: StateConfig) -> KeyStore:
+    """The store of live keys: the same place as budgets (`state`)."""
+    if config.store == "redis":
+        from adapters.state.redis_keys import RedisKeyStore
+
+        assert config.redis_url is not None
+        return RedisKeyStore(config.redis_url, config.key_prefix, config.timeout_s, config.redis_cluster)
+    from adapters.state.sqlite_keys import SQLiteKeyStore
+
+    return SQLiteKeyStore(config.sqlite_path)

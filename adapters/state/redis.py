@@ -16,8 +16,8 @@ from datetime import date, timedelta
 from typing import Any
 
 from adapters.state import redis_scripts
-from adapters.state.redis_cluster import RedisClusterWire
-from adapters.state.redis_wire import RedisWire, ReplyError, Script, unavailable
+from adapters.state.redis_cluster import open_wire
+from adapters.state.redis_wire import ReplyError, Script, unavailable
 from gateway.errors import StateStoreUnavailable
 from gateway.metering.records import (
     IdempotencyClaim,
@@ -39,9 +39,7 @@ class RedisStore:
     def __init__(
         self, url: str, prefix: str = "tollgate", timeout_s: float = 1.0, cluster: bool = False
     ) -> None:
-        self._wire: RedisWire | RedisClusterWire = (
-            RedisClusterWire(url, timeout_s) if cluster else RedisWire(url, timeout_s)
-        )
+        self._wire = open_wire(url, timeout_s, cluster)
         self._prefix = prefix
         self._reserve = Script(redis_scripts.RESERVE)
         self._settle = Script(redis_scripts.SETTLE)

@@ -29,6 +29,11 @@ _FIRST_PAUSE_S = 0.01  # then 0.02, 0.04...: TRYAGAIN is retried within the stor
 Address = tuple[str, int]
 
 
+def open_wire(url: str, timeout_s: float, cluster: bool) -> RedisWire | RedisClusterWire:
+    """The connection to a Redis server, or to a Redis Cluster through one of its nodes."""
+    return RedisClusterWire(url, timeout_s) if cluster else RedisWire(url, timeout_s)
+
+
 class RedisClusterWire:
     def __init__(self, url: str, timeout_s: float) -> None:
         seed = RedisWire(url, timeout_s)

@@ -8,16 +8,14 @@ entry per value, its figures summed; default every ledger row).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Callable, Sequence
 from datetime import date, datetime
 from urllib.parse import parse_qs
 
 import orjson
 
-from gateway.errors import AuthenticationFailed, InvalidRequest
-from gateway.keys import HASH_PREFIX
+from gateway.admin_auth import AdminCredentials
+from gateway.errors import InvalidRequest
 from gateway.metering.plan import utc_now
 from gateway.metering.report import default_range, parse_day, parse_group, spend_document
 from gateway.ports import StateStore
@@ -34,21 +32,12 @@ class SpendAdmin:
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self._store = store
-        self._digests = [bytes.fromhex(h.removeprefix(HASH_PREFIX)) for h in token_hashes]
+        self._credentials = AdminCredentials(token_hashes)
         self._tenants = tuple(tenants)
         self._clock = clock
 
     def authorize(self, authorization: str | None) -> None:
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise AuthenticationFailed(
-                "Missing operator credentials: send 'Authorization: Bearer <admin token>'.",
-                code="missing_admin_token",
-            )
-        digest = hashlib.sha256(token.strip().encode()).digest()
-        # Compare against every hash, so the time taken says nothing about which matched.
-        if not sum(hmac.compare_digest(digest, known) for known in self._digests):
-            raise AuthenticationFailed("Incorrect operator credentials.", code="invalid_admin_token")
+        self._credentials.authorize(authorization)
 
     async def spend(self, authorization: str | None, query: str) -> bytes:
         self.authorize(authorization)

@@ -1,12 +1,13 @@
 """Metering's parts, built from config around one state store, for the composition root.
 
-Metering is on when the config has a `state` block, or when any tenant or key has budgets
-or rate limits (then on the embedded SQLite store). With it on, every request's spend goes
+Metering is on when the config has a `state` or a `live_keys` block, or when any tenant or
+key has budgets or rate limits (then on the embedded SQLite store). With it on, every request's spend goes
 to the ledger, metered or not.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gateway.config import GatewayConfig, StateConfig
@@ -24,6 +25,8 @@ def state_config(config: GatewayConfig) -> StateConfig | None:
     """The store to use, or None when nothing is metered and no store is configured."""
     if config.state is not None:
         return config.state
+    if config.live_keys is not None:  # live keys live in the state store, and may carry budgets
+        return StateConfig()
     return StateConfig() if MeterPlans(config).any_metered else None
 
 
@@ -40,7 +43,28 @@ class MeteringParts:
         await self.store.aclose()
 
 
+def replanned(parts: MeteringParts, config: GatewayConfig, state: StateConfig) -> MeteringParts:
+    """The same store and settle, with the meter, bands and spend report of an edited config
+    (its tenants, keys and model aliases: a config reload)."""
+    meter, bands, admin = _planned(config, state, parts.store)
+    return dataclasses.replace(parts, meter=meter, bands=bands, admin=admin)
+
+
 def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore) -> MeteringParts:
+    meter, bands, admin = _planned(config, state, store)
+    prices = PriceBook.from_config(config.prices)
+    return MeteringParts(
+        store=store,
+        meter=meter,
+        settle=Settle(store, prices, config.metering, state),
+        bands=bands,
+        admin=admin,
+    )
+
+
+def _planned(
+    config: GatewayConfig, state: StateConfig, store: StateStore
+) -> tuple[Meter, BudgetBands, SpendAdmin | None]:
     plans = MeterPlans(config)
     prices = PriceBook.from_config(config.prices)
     bands = BudgetBands(store, plans, config.metering.band_cache_s)
@@ -49,10 +73,4 @@ def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore)
         for alias, candidates in config.models.items()
     }
     admin = SpendAdmin(store, config.admin.tokens, list(config.tenants)) if config.admin is not None else None
-    return MeteringParts(
-        store=store,
-        meter=Meter(store, plans, prices, routes, config.metering, state, bands),
-        settle=Settle(store, prices, config.metering, state),
-        bands=bands,
-        admin=admin,
-    )
+    return Meter(store, plans, prices, routes, config.metering, state, bands), bands, admin

@@ -15,6 +15,7 @@ from typing import Literal
 from gateway.config import BudgetConfig, GatewayConfig, RateLimitConfig
 from gateway.exchange import Principal
 from gateway.keys import key_id
+from gateway.keystore.records import KeyLimits
 
 _KEEP_AFTER_WINDOW_S = 2 * 86_400  # a counter outlives its window by this much (late settles, reports)
 
@@ -94,6 +95,7 @@ class MeterPlans:
         }
         self._tenants = tenant_plans
         self._keys: dict[tuple[str, str], MeterPlan] = {}
+        self._live: dict[str, tuple[KeyLimits, MeterPlan, MeterPlan]] = {}  # key id -> (limits, base, plan)
         for key in config.keys:
             kid = key_id(key.hash)
             base = tenant_plans[key.tenant]
@@ -110,7 +112,25 @@ class MeterPlans:
     def for_principal(self, principal: Principal) -> MeterPlan:
         tenant = principal.tenant.name
         found = self._keys.get((tenant, principal.key_id))
-        return found if found is not None else self._tenants.get(tenant, MeterPlan())
+        if found is not None:
+            return found
+        base = self._tenants.get(tenant, MeterPlan())
+        return base if principal.limits is None else self._live_plan(principal, base)
+
+    def _live_plan(self, principal: Principal, base: MeterPlan) -> MeterPlan:
+        """A live key's plan: its tenant's, plus its own limits (built once per key)."""
+        limits = principal.limits
+        assert limits is not None
+        cached = self._live.get(principal.key_id)
+        if cached is not None and cached[0] is limits and cached[1] is base:
+            return cached[2]
+        scope = f"k.{principal.key_id}"
+        plan = MeterPlan(
+            base.budgets + tuple(_budgets(scope, limits.budgets)),
+            base.rates + tuple(_rate_limits(scope, limits.rate_limits)),
+        )
+        self._live[principal.key_id] = (limits, base, plan)
+        return plan
 
 
 def utc_now() -> datetime:

@@ -6,7 +6,7 @@ import hashlib
 
 from gateway.errors import AuthenticationFailed
 from gateway.exchange import Endpoint, Exchange, Principal
-from gateway.keys import KeyRing
+from gateway.keys import Authenticator
 from gateway.validation import parse_json_object, validate
 
 _SESSION_HEADERS = ("x-session-affinity", "x-session-id")
@@ -15,7 +15,7 @@ _SESSION_HEADERS = ("x-session-affinity", "x-session-id")
 class Admit:
     name = "admit"
 
-    def __init__(self, keyring: KeyRing) -> None:
+    def __init__(self, keyring: Authenticator) -> None:
         self._keyring = keyring
 
     async def __call__(self, exchange: Exchange) -> None:
