@@ -15,7 +15,9 @@ from adapters.audit import build_audit_writer
 from adapters.policy import open_policy_engine
 from adapters.responses import build_response_store
 from adapters.state import build_key_store, build_state_store, warn_if_not_durable
+from adapters.state.jobs import build_job_store
 from adapters.upstream import build_upstream
+from adapters.webhooks.http_sender import HttpWebhookSender
 from gateway.access_log import AccessLog
 from gateway.audit.completion import AuditCompletion
 from gateway.audit.queued_sink import QueuedSink
@@ -37,6 +39,7 @@ from gateway.exchange import Principal, Tenant
 from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
 from gateway.http import GatewayASGI, Services
+from gateway.jobs.parts import Jobs
 from gateway.keys import KeyRing, key_id
 from gateway.keystore.admin import KeysAdmin
 from gateway.keystore.lookup import KeyLookup
@@ -213,6 +216,9 @@ def build_services(
             *([AuditCompletion(audit)] if audit else []),
             *([latency_board] if config.routing.choose else []),
             *([mirror] if mirror else []),
+            # Async jobs (docs/async.md; nothing without a `jobs:` block): an upstream's
+            # throttling, seen by any request, pauses pulling them.
+            *(jobs := Jobs(config, build_job_store)).finishers,
         ]
         # Redaction before the tool-call guard: restored arguments are what get checked.
         redaction_guard = RedactionGuard(redaction_counters)
@@ -234,6 +240,7 @@ def build_services(
             policy_queue=engine.evaluation_queue() if engine is not None else None,
             live_keys_age=live.cache.age_s if live is not None else None,
             config_edits=reloader.counts.by_outcome if reloader is not None else None,
+            jobs=jobs.metrics_source,
         )
         finishers.extend(telemetry.finishers)  # last: metrics record what the others settled
         if mirror is not None and telemetry.arms is not None:
@@ -295,7 +302,7 @@ def build_services(
             upstream_health=lambda: upstream_readiness(routes),
             max_body_bytes=config.server.max_body_bytes,
             request_timeout_s=config.server.request_timeout_s,
-            close=_in_turn(close, lasting.doors.aclose),  # the responses store last
+            close=jobs.closing(_in_turn(close, lasting.doors.aclose)),  # the responses store last
             admin_spend=assembled.admin_spend,
             tracer=telemetry.tracer,
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
@@ -304,6 +311,15 @@ def build_services(
             doors=lasting.doors.doors,
             door_routes=lasting.doors.routes,
             admin_keys=assembled.admin_keys,
+            # Jobs take the pipeline and the keys in force when they run: a config edit swaps them.
+            jobs=jobs.assemble(
+                lambda: services.pipeline,
+                metering is not None,
+                lambda authorization: services.authenticate(authorization),  # noqa: PLW0108 (late-bound)
+                telemetry.tracer,
+                HttpWebhookSender(),
+            ),
+            attach_load=jobs.attach_load,  # after `assemble`, above
         )
         return services
 

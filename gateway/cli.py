@@ -27,6 +27,7 @@ from gateway.config import (
     load_config,
     metrics_dir_from_env,
 )
+from gateway.jobs.worker import run_jobs_worker
 from gateway.keys import generate_key, hash_key
 from gateway.keys_file import append_key, entry_line, key_entry
 from gateway.routing_config import PRIORITIES
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.first_key:
                 _ensure_first_key(args.config, load_config(args.config), label="first")
             return _serve(args.config, args.host, args.port, args.workers)
+        if args.command == "jobs-worker":
+            return run_jobs_worker(args.config, args.nice)
         if args.command == "dev":
             return _dev(args.config, args.host, args.port, args.sim_port, args.sim_profile)
         if args.command == "keys":
@@ -109,6 +112,12 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         action="store_true",
         help="with no key configured, mint one into keys_file and print it once (a container's first start)",
     )
+
+    jobs_worker = commands.add_parser(
+        "jobs-worker", help="run async jobs only, serving no HTTP (docs/async.md)"
+    )
+    _config_arg(jobs_worker)
+    jobs_worker.add_argument("--nice", type=int, default=10, help="OS priority increment (default 10)")
 
     dev = commands.add_parser("dev", help="run the gateway and a local upstream simulator")
     _config_arg(dev)

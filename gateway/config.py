@@ -157,6 +157,9 @@ class WorkersAIUpstream(_UpstreamBase):
     base_url: str = "https://api.cloudflare.com/client/v4"
     # Fail fast with 3040 instead of queueing for capacity, so the gateway can fall back.
     reject_if_busy: bool = False
+    # Models (upstream ids) whose async jobs go through Workers AI's own queue (`queueRequest`);
+    # "*" for every model. Other jobs run as synchronous calls when pulled.
+    async_queue_models: list[str] = []
 
     @field_validator("base_url")
     @classmethod
@@ -262,6 +265,9 @@ class StateConfig(_Strict):
     fail_open_tenants: list[str] = []
     lease_s: float = Field(60.0, gt=0)  # a reservation outlives its request's deadline by this much
     settled_keep_s: int = Field(900, ge=60)  # settled ids remembered this long (settle is idempotent)
+    # Busy plans take slices of their budgets and rate limits (leases) and settle in batches;
+    # off: every request is reserved and settled on its own (docs/architecture.md, Leases).
+    leases: bool = True
 
     @model_validator(mode="after")
     def _store_target(self) -> StateConfig:
@@ -412,6 +418,51 @@ class PolicyConfig(_Strict):
         return self
 
 
+class JobsConfig(_Strict):
+    """Async jobs: `Prefer: respond-async`, OpenAI's Batch API and webhooks (docs/async.md)."""
+
+    store: Literal["sqlite", "redis"] = "sqlite"
+    sqlite_path: str = "tollgate-jobs.db"  # relative to the working directory; shared by all workers
+    redis_url: str | None = None  # e.g. redis://127.0.0.1:6379/0
+    key_prefix: str = Field("tollgate", pattern=r"^[A-Za-z0-9_.:-]+$")
+    completion_window_s: float = Field(86_400.0, gt=0)  # a job not done by then fails (batches: "24h")
+    results_keep_s: float = Field(7 * 86_400.0, gt=0)  # results, batches and files are deleted after this
+    max_file_bytes: int = Field(100 * 1024 * 1024, ge=1024)  # an upload past this is refused unread
+    max_batch_lines: int = Field(50_000, ge=1)
+    # Whether the gateway's own workers run jobs; false: they only accept them, and
+    # `tollgate jobs-worker` processes (at a lower OS priority) run them.
+    pull: bool = True
+    concurrency: int = Field(32, ge=1, le=4096)  # jobs running at once in one worker process
+    claim_batch: int = Field(16, ge=1, le=1000)  # jobs claimed per store round trip
+    idle_poll_s: float = Field(0.25, gt=0)  # how often an idle worker looks for jobs
+    visibility_s: float = Field(60.0, ge=1)  # a claim not extended for this long is taken over
+    # Sync traffic keeps priority: a worker claims jobs only while fewer synchronous model calls
+    # than this are in flight in it, and not for `throttle_pause_s` after an upstream throttled.
+    pull_while_sync_below: int = Field(1, ge=1)
+    throttle_pause_s: float = Field(2.0, ge=0)
+    yield_to_sync: bool = (
+        True  # a running job also waits, at each step, while a synchronous call is in flight
+    )
+    retry_base_s: float = Field(1.0, gt=0)  # backoff after a capacity error, doubling per attempt...
+    retry_max_s: float = Field(60.0, gt=0)  # ...up to this, with jitter
+    attempt_timeout_s: float | None = Field(
+        None, gt=0
+    )  # one attempt's deadline; default server.request_timeout_s
+    native_poll_s: float = Field(1.0, gt=0)  # first poll of an upstream's own queue, then backing off...
+    native_poll_max_s: float = Field(30.0, gt=0)  # ...up to this
+    webhook_timeout_s: float = Field(10.0, gt=0)
+    webhook_attempts: int = Field(8, ge=1, le=50)  # deliveries tried, backing off from 1 s, before giving up
+    webhook_retry_base_s: float = Field(1.0, gt=0)  # the wait after a failed delivery, doubling each time
+    webhook_hosts: list[str] = ["*"]  # hosts webhook URLs may name ("*.example.com", "*": any public host)
+    webhook_allow_private: bool = False  # allow http and private, loopback or link-local addresses
+
+    @model_validator(mode="after")
+    def _redis_needs_url(self) -> JobsConfig:
+        if self.store == "redis" and not self.redis_url:
+            raise ValueError("jobs.store redis needs jobs.redis_url")
+        return self
+
+
 class GatewayConfig(_Strict):
     server: ServerConfig = ServerConfig()
     upstreams: dict[str, UpstreamConfig]
@@ -431,6 +482,7 @@ class GatewayConfig(_Strict):
     responses: ResponsesConfig = ResponsesConfig()  # stored responses of /v1/responses
     telemetry: TelemetryConfig = TelemetryConfig()  # traces off, metrics on /metrics, unless set
     routing: RoutingConfig = RoutingConfig()  # workflows, named prompt families, choices, mirrors
+    jobs: JobsConfig | None = None  # no async jobs, batches or webhooks without it
 
     @property
     def workflow_names(self) -> list[str]:

@@ -60,6 +60,7 @@ RESTART_ONLY = (
     "routing",
     "prices",
     "metering",
+    "jobs",
     "responses",  # the responses store (gateway/doors) is opened once
 )
 

@@ -161,6 +161,7 @@ class Exchange:
     response_body: bytes | None = None  # the non-streamed response as sent, set by the HTTP edge
     trace: RequestTrace = NO_TRACE  # set by the HTTP edge: spans, and the traceparent sent upstream
     upstream_request_id: str = ""  # set by the HTTP edge: the UUID upstreams get (request_ids.py)
+    job_id: str | None = None  # an async job's id (gateway/jobs/): its submission, or one of its attempts
     door: Door | None = None  # set by the HTTP edge: the client API the request came through (doors/)
     door_state: Any = None  # what the door keeps between translating the request and the answer
 

@@ -33,7 +33,9 @@ from gateway.errors import (
     PayloadTooLarge,
     UnsupportedMediaType,
 )
-from gateway.exchange import Exchange, Principal
+from gateway.exchange import Endpoint, Exchange, Principal
+from gateway.jobs.api import JobsApi, prefers_async
+from gateway.jobs.api_types import ApiAnswer, ApiRequest
 from gateway.keystore.admin import PREFIX as ADMIN_KEYS
 from gateway.keystore.admin import AdminCall
 from gateway.logs import flush_logs
@@ -87,6 +89,10 @@ class Services:
     # the client APIs served (doors/registry.py), and their routes beside the model calls
     doors: Doors = field(default_factory=lambda: Doors(openai_doors()))
     door_routes: DoorRoutes | None = None
+    # Async jobs, batches and files (gateway/jobs/api.py); None: not configured
+    jobs: JobsApi | None = None
+    # Called once started, with the edge itself: its synchronous calls gate the job puller
+    attach_load: Callable[[Any], None] | None = None
     # /admin/keys[/...]: the call -> (status, JSON); None: no live keys (gateway/keystore/admin.py)
     admin_keys: Callable[[AdminCall], Awaitable[tuple[int, bytes]]] | None = None
 
@@ -126,6 +132,8 @@ class GatewayASGI:
             if message["type"] == "lifespan.startup":
                 try:
                     self._services = await self._build()
+                    if self._services.attach_load is not None:
+                        self._services.attach_load(self)
                 except Exception as exc:
                     logger.exception("startup failed")
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
@@ -154,7 +162,14 @@ class GatewayASGI:
                     raise MethodNotAllowed(f"Use POST for {path}.")
                 if self._draining:
                     raise _shutting_down()
-                await self._counted(self._model_call(services, door, headers, request_id, receive, send))
+                # `Prefer: respond-async` with jobs on: queued now, answered later (gateway/jobs/);
+                # on the doors whose body is the internal request (the OpenAI ones)
+                jobs = services.jobs if door.api == door.endpoint.value and prefers_async(headers) else None
+                await (
+                    _submit_async(jobs, services, door.endpoint, headers, request_id, receive, send)
+                    if jobs is not None
+                    else self._counted(self._model_call(services, door, headers, request_id, receive, send))
+                )
             elif path == "/v1/models" and services.door_routes is None:
                 _require(method, "GET", path)
                 principal = services.authenticate(headers.get("authorization"))
@@ -181,19 +196,25 @@ class GatewayASGI:
                 query = scope.get("query_string", b"").decode("latin-1")
                 body = await services.admin_spend(headers.get("authorization"), query)
                 await _send_json(send, 200, body, request_id)
+            elif services.jobs is not None and services.jobs.serves(path):
+                await _send_answer(
+                    send,
+                    await services.jobs.handle(_api_request(scope, headers, request_id, receive)),
+                    request_id,
+                )
             elif path == ADMIN_KEYS or path.startswith(ADMIN_KEYS + "/"):
                 await _admin_keys(services, scope, headers, request_id, receive, send)
             else:  # a door's other routes (stored responses, count_tokens, a model), or nothing
                 await _door_route(services, scope, headers, request_id, receive, send)
         except GatewayError as exc:
-            door = services.doors.for_errors(path, headers) if services is not None else None
-            await _send_error(send, exc, request_id, door)
+            await _send_error(send, exc, request_id, _error_door(services, path, headers))
         except ClientGone:
             return
         except Exception:
             logger.exception("unhandled error", extra={"request_id": request_id})
-            door = services.doors.for_errors(path, headers) if services is not None else None
-            await _send_error(send, InternalError(request_id), request_id, door)
+            await _send_error(
+                send, InternalError(request_id), request_id, _error_door(services, path, headers)
+            )
 
     async def _counted(self, call: Awaitable[None]) -> None:
         self._in_flight += 1
@@ -321,6 +342,11 @@ class GatewayASGI:
             watcher.cancel()
         if not relay_task.cancelled():
             relay_task.result()
+
+
+def _error_door(services: Services | None, path: str, headers: dict[str, str]) -> Door | None:
+    """The door whose envelope an error on `path` takes (None: OpenAI's)."""
+    return services.doors.for_errors(path, headers) if services is not None else None
 
 
 async def _door_route(
@@ -497,6 +523,43 @@ async def _send_page(send: Send, page: bytes, content_type: str, request_id: str
     ]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": page})
+
+
+async def _submit_async(
+    jobs: JobsApi,
+    services: Services,
+    endpoint: Endpoint,
+    headers: dict[str, str],
+    request_id: str,
+    receive: Receive,
+    send: Send,
+) -> None:
+    """`Prefer: respond-async`: the request's governance now, its answer later (gateway/jobs/)."""
+    limit = services.max_body_bytes
+    body = _decoded(await _read_body(receive, headers, limit), headers, limit)
+    await _send_answer(send, await jobs.submit(endpoint, headers, body, request_id), request_id)
+
+
+def _api_request(scope: Scope, headers: dict[str, str], request_id: str, receive: Receive) -> ApiRequest:
+    async def read_body(limit: int) -> bytes:
+        return _decoded(await _read_body(receive, headers, limit), headers, limit)
+
+    query = scope.get("query_string", b"").decode("latin-1")
+    return ApiRequest(scope["method"], scope["path"], query, headers, request_id, read_body)
+
+
+async def _send_answer(send: Send, answer: ApiAnswer, request_id: str) -> None:
+    if answer.content_type == "application/json":
+        await _send_json(send, answer.status, answer.body, request_id, answer.headers)
+        return
+    headers = [
+        (b"content-type", answer.content_type.encode()),
+        (b"content-length", str(len(answer.body)).encode()),
+        (b"x-request-id", request_id.encode()),
+        *((k.encode(), v.encode()) for k, v in answer.headers.items()),
+    ]
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body})
 
 
 async def _send_error(send: Send, exc: GatewayError, request_id: str, door: Door | None = None) -> None:

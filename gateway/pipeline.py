@@ -68,10 +68,16 @@ class Pipeline:
         except UpstreamError as exc:
             self._guard_error(exchange, exc)
             raise
-        body = response.body
+        return self.guard_response(exchange, response.body)
+
+    def guard_response(self, exchange: Exchange, body: dict[str, Any]) -> dict[str, Any]:
+        """A whole answer through the response guards (also for one an upstream's own queue gave)."""
         for guard in self.guards:
             guard.on_response(exchange, body)
         return body
+
+    def guard_error(self, exchange: Exchange, error: UpstreamError) -> None:
+        self._guard_error(exchange, error)
 
     async def open_stream(self, exchange: Exchange) -> OpenStream:
         try:

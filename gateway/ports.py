@@ -5,12 +5,13 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
 from gateway.exchange import Endpoint
 from gateway.keystore.records import KeyChanges, LiveKey
+from gateway.metering.lease_records import LeaseGrant, LeaseSync
 from gateway.metering.records import (
     IdempotencyClaim,
     ReserveOutcome,
@@ -104,6 +105,35 @@ class Upstream(Protocol):
     async def check_health(self, replica: int, timeout_s: float) -> Health:
         """One replica's answer to its health check, within `timeout_s`."""
         ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class QueueingUpstream(Protocol):
+    """An upstream with a queue of its own for work that need not be answered now (Workers
+    AI's `queueRequest`): an adapter capability the job runner uses when it has it."""
+
+    def queues(self, model: str) -> bool:
+        """Whether jobs for this model go through the upstream's queue."""
+        ...
+
+    async def enqueue(self, request: UpstreamRequest, reference: str) -> str:
+        """Queue the request (tagged with `reference`, the job id); the upstream's id for it."""
+        ...
+
+    async def poll(self, request: UpstreamRequest, queued_id: str, reference: str) -> UpstreamResponse | None:
+        """The answer once there is one; None while it is pending. Raises UpstreamError."""
+        ...
+
+
+class WebhookSender(Protocol):
+    """Posts one webhook delivery, following no redirect; the receiver's HTTP status, or None
+    when it gave none (no connection, a timeout)."""
+
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float
+    ) -> int | None: ...
 
     async def aclose(self) -> None: ...
 
@@ -231,6 +261,13 @@ class StateStore(Protocol):
     async def reserve(self, request: ReserveRequest) -> ReserveOutcome: ...
 
     async def settle(self, settlement: Settlement) -> bool: ...
+
+    async def lease(self, sync: LeaseSync) -> LeaseGrant:
+        """One atomic step: apply `sync.batch` unless its id was applied before, then set the
+        lease's holds as asked (`gateway/metering/lease_records.py`). The lease is an open
+        reservation like any other: `open_reservations` counts it, and it is released when
+        its lease passes."""
+        ...
 
     async def counters(self, tenant: str, counters: tuple[str, ...]) -> tuple[int, ...]:
         """spent + reserved of each counter (0 for one never used)."""

@@ -18,7 +18,6 @@ import hashlib
 import hmac
 import os
 import re
-import uuid
 from typing import Literal
 
 from gateway.redaction.scrub import Verbatim
@@ -37,15 +36,21 @@ def request_id_from(client_value: str | None) -> str:
 class UpstreamIds:
     """The UUID sent upstream for a request id, derived under one key."""
 
-    __slots__ = ("_key",)
+    __slots__ = ("_mac",)
 
     def __init__(self, key: bytes | None = None) -> None:
-        self._key = key if key is not None else os.urandom(32)
+        # Keyed once: each id copies the keyed state instead of keying HMAC again.
+        self._mac = hmac.new(key if key is not None else os.urandom(32), digestmod=hashlib.sha256)
 
     def __call__(self, request_id: str) -> str:
-        digest = hmac.new(self._key, request_id.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+        mac = self._mac.copy()
+        mac.update(request_id.encode("utf-8", "surrogatepass"))
+        raw = bytearray(mac.digest()[:16])
+        raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+        raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+        h = raw.hex()
         # Gateway-made hex: never scrubbed, so the id logged is the id the upstream logged.
-        return Verbatim(str(uuid.UUID(bytes=digest[:16], version=4)))
+        return Verbatim(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
 
 
 def upstream_form(upstream_id: str, form: UpstreamIdFormat) -> str:

@@ -1,6 +1,7 @@
 """``/_sim/*``: controlling a simulator that runs in another process (``tollgate sim``).
 
-- ``POST /_sim/faults`` ``{"fault": {...}, "count"?: n, "replica"?: i}``: ``FaultPlan.set``.
+- ``POST /_sim/faults`` ``{"fault": {...}, "count"?: n, "replica"?: i, "every"?: n,
+  "first_attempts"?: bool}``: ``FaultPlan.set``.
 - ``DELETE /_sim/faults``: ``FaultPlan.clear`` (also brings down replicas back up).
 - ``POST /_sim/replicas/{i}/down`` and ``.../up``: ``FaultPlan.down`` / ``up``.
 - ``GET /_sim/stats``: per-replica and per-Workers-AI-instance counters, request count.
@@ -56,7 +57,13 @@ def control_routes(state: SimState, serving_replica: int) -> list[web.RouteDef]:
             fault = body.get("fault")
             if not isinstance(fault, dict):
                 raise ValueError("'fault' must be an object")
-            state.faults.set(fault, _optional_int(body, "count"), _optional_int(body, "replica"))
+            state.faults.set(
+                fault,
+                _optional_int(body, "count"),
+                _optional_int(body, "replica"),
+                every=_optional_int(body, "every") or 1,
+                first_attempts=body.get("first_attempts") is True,
+            )
         except ValueError as exc:  # includes orjson.JSONDecodeError
             return _json({"error": str(exc)}, 400)
         return _json({"ok": True})

@@ -18,9 +18,12 @@ A fault is a dict, either an error status or a ``kind``:
 
 from __future__ import annotations
 
+import hashlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+import orjson
 
 FaultKind = Literal["status", "slow_first_token", "disconnect", "malformed_chunk", "hang"]
 _KINDS: frozenset[str] = frozenset({"slow_first_token", "disconnect", "malformed_chunk", "hang"})
@@ -91,6 +94,10 @@ class _Entry:
     fault: Fault
     remaining: int | None  # None = every request
     replica: int | None  # None = every replica
+    every: int = 1  # applies to one request in this many (the every-th, counting from 1)
+    first_attempts: bool = False  # only to a body's first request: a retry of it passes
+    seen: set[bytes] = field(default_factory=set)  # digests of the bodies met (first_attempts)
+    met: int = 0  # requests this entry counted towards `every`
 
 
 class FaultPlan:
@@ -109,22 +116,44 @@ class FaultPlan:
         """Called by the simulator once its replicas exist (None when it stops)."""
         self._switch = switch
 
-    def set(self, fault: dict[str, Any], count: int | None = None, replica: int | None = None) -> None:
-        """Apply ``fault`` to the next ``count`` requests (all when None), optionally on one replica."""
+    def set(
+        self,
+        fault: dict[str, Any],
+        count: int | None = None,
+        replica: int | None = None,
+        every: int = 1,
+        first_attempts: bool = False,
+    ) -> None:
+        """Apply ``fault`` to the next ``count`` requests (all when None), optionally on one
+        replica; with ``every`` n, to one request in n only; with ``first_attempts``, only to
+        the first request of each distinct body (so ``every=3, first_attempts=True`` fails a
+        third of first attempts, and every retry gets through)."""
         parsed = parse_fault(fault)
         if count is not None and count <= 0:
             return
+        if every < 1:
+            raise ValueError("'every' must be at least 1")
         with self._lock:
-            self._entries.append(_Entry(parsed, count, replica))
+            self._entries.append(_Entry(parsed, count, replica, every, first_attempts))
 
-    def take(self, replica: int) -> Fault | None:
-        """The fault for the next request on ``replica``, consuming one use of it."""
+    def take(self, replica: int, body: Any = None) -> Fault | None:
+        """The fault for the next request on ``replica`` (whose JSON body is ``body``),
+        consuming one use of it."""
         if not self._entries:  # fast path, no lock: the common case in benchmarks
             return None
         with self._lock:
             for i, entry in enumerate(self._entries):
                 if entry.replica is not None and entry.replica != replica:
                     continue
+                if entry.first_attempts:
+                    digest = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).digest()
+                    if digest in entry.seen:
+                        continue
+                    entry.seen.add(digest)
+                if entry.every > 1:
+                    entry.met += 1
+                    if entry.met % entry.every:
+                        continue
                 if entry.remaining is not None:
                     entry.remaining -= 1
                     if entry.remaining == 0:

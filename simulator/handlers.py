@@ -198,7 +198,7 @@ class ReplicaApp:
         try:
             x_sim = x_sim_of(body)
             raw_fault = x_sim.get("fault") if x_sim else None
-            fault = parse_fault(raw_fault) if raw_fault is not None else state.faults.take(self.replica)
+            fault = parse_fault(raw_fault) if raw_fault is not None else state.faults.take(self.replica, body)
             if fault is not None:
                 early = await self._early_fault(request, fmt, fault, stream=body.get("stream") is True)
                 if early is not None:

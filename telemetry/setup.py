@@ -30,6 +30,7 @@ from telemetry import instruments as spec
 from telemetry import names as n
 from telemetry.arms import ArmMetrics
 from telemetry.exporters import metric_exporter, span_exporter
+from telemetry.jobs import JobsSource, measure_jobs
 from telemetry.labels import PromptFamilyNames, WorkflowLabels
 from telemetry.metrics_service import AsyncSource, MetricsService, OtlpPush
 from telemetry.recorder import MetricsRecorder
@@ -66,6 +67,7 @@ def build_telemetry(
     audit: AuditSink | None = None,
     metrics_dir: Path | None = None,
     policy_queue: EvaluationQueue | None = None,
+    jobs: JobsSource | None = None,
     live_keys_age: Callable[[], float] | None = None,
     config_edits: Callable[[], Mapping[str, int]] | None = None,
 ) -> Telemetry:
@@ -110,6 +112,8 @@ def build_telemetry(
             registry.observed(spec.BUDGET_LIMIT, lambda: limits)
             async_sources.append((spec.BUDGET_USED, budgets.used))
     registry.observed(spec.CIRCUIT_STATE, circuit_states(routes))
+    if jobs is not None:
+        async_sources.extend(measure_jobs(registry, jobs))
     if live_keys_age is not None:
         read_age = live_keys_age
         registry.observed(spec.LIVE_KEYS_AGE, lambda: [((), read_age())])

@@ -15,10 +15,11 @@ import re
 from datetime import date, timedelta
 from typing import Any
 
-from adapters.state import redis_scripts
+from adapters.state import redis_lease, redis_scripts
 from adapters.state.redis_cluster import open_wire
 from adapters.state.redis_wire import ReplyError, Script, unavailable
 from gateway.errors import StateStoreUnavailable
+from gateway.metering.lease_records import LeaseGrant, LeaseSync
 from gateway.metering.records import (
     IdempotencyClaim,
     RateState,
@@ -48,6 +49,7 @@ class RedisStore:
         self._claim = Script(redis_scripts.CLAIM_IDEMPOTENCY)
         self._complete = Script(redis_scripts.COMPLETE_IDEMPOTENCY)
         self._release = Script(redis_scripts.RELEASE_IDEMPOTENCY)
+        self._lease = Script(redis_lease.LEASE)
 
     def _base(self, tenant: str) -> str:
         tag = tenant if _SAFE_TAG.match(tenant) else "h" + hashlib.sha256(tenant.encode()).hexdigest()[:24]
@@ -108,6 +110,10 @@ class RedisStore:
             args += (entry.completion_tokens, entry.cost_micros)
         args.append(1 if settlement.release else 0)  # last, wherever the rest ends
         return bool(await self._wire.script(self._settle, tuple(keys), tuple(args)) == 1)
+
+    async def lease(self, sync: LeaseSync) -> LeaseGrant:
+        keys, args = redis_lease.lease_call(self._base(sync.tenant), sync)
+        return redis_lease.lease_grant(sync, await self._wire.script(self._lease, keys, args))
 
     async def counters(self, tenant: str, counters: tuple[str, ...]) -> tuple[int, ...]:
         base = self._base(tenant)

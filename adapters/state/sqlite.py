@@ -34,9 +34,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from adapters.state import sqlite_tx
+from adapters.state import sqlite_lease_tx, sqlite_tx
 from adapters.state.sqlite_checkpoint import BACKSTOP_PAGES, WalCheckpointer
 from gateway.errors import StateStoreUnavailable
+from gateway.metering.lease_records import LeaseGrant, LeaseSync
 from gateway.metering.records import (
     IdempotencyClaim,
     ReserveOutcome,
@@ -184,6 +185,9 @@ class SQLiteStore:
 
     async def settle(self, settlement: Settlement) -> bool:
         return await self._run(sqlite_tx.settle, settlement)
+
+    async def lease(self, sync: LeaseSync) -> LeaseGrant:
+        return await self._run(sqlite_lease_tx.lease, sync)
 
     async def counters(self, tenant: str, counters: tuple[str, ...]) -> tuple[int, ...]:
         return await self._run(sqlite_tx.counters, tenant, counters)

@@ -18,6 +18,7 @@ import orjson
 from gateway.metering.records import (
     WINDOW_US,
     IdempotencyClaim,
+    LedgerEntry,
     RateState,
     ReserveOutcome,
     ReserveRequest,
@@ -63,6 +64,10 @@ CREATE TABLE IF NOT EXISTS idempotency (
     state TEXT NOT NULL,            -- f: in flight, d: done
     expires_us INTEGER NOT NULL, status INTEGER, body BLOB,
     PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lease_state (
+    id TEXT PRIMARY KEY, seq INTEGER NOT NULL,
+    taken BLOB NOT NULL             -- JSON {rate counter: units taken since the lease began}
 ) WITHOUT ROWID;
 """
 
@@ -248,29 +253,8 @@ def settle(db: sqlite3.Connection, now_us: int, settlement: Settlement) -> bool:
         )
     for refund in settlement.refunds:
         _give_back(db, now_us, tenant, refund.counter, refund.increment_us)
-    entry = settlement.ledger
-    if entry is not None:
-        db.execute(
-            "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (tenant, day, key_id, model, workflow) DO UPDATE SET "
-            "requests = requests + excluded.requests, "
-            "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
-            "cached_tokens = cached_tokens + excluded.cached_tokens, "
-            "completion_tokens = completion_tokens + excluded.completion_tokens, "
-            "cost_micros = cost_micros + excluded.cost_micros",
-            (
-                tenant,
-                entry.day,
-                entry.key_id,
-                entry.model,
-                entry.requests,
-                entry.prompt_tokens,
-                entry.cached_tokens,
-                entry.completion_tokens,
-                entry.cost_micros,
-                entry.workflow,
-            ),
-        )
+    if settlement.ledger is not None:
+        add_ledger(db, tenant, settlement.ledger)
     db.execute(
         "INSERT INTO reservations (id, tenant, state, lease_until_us, forget_at_us, charges) "
         "VALUES (?, ?, 's', ?, ?, '[]') ON CONFLICT (id) DO UPDATE SET state = 's', "
@@ -278,6 +262,30 @@ def settle(db: sqlite3.Connection, now_us: int, settlement: Settlement) -> bool:
         (settlement.reservation_id, tenant, now_us, now_us + settlement.keep_s * 1_000_000),
     )
     return True
+
+
+def add_ledger(db: sqlite3.Connection, tenant: str, entry: LedgerEntry) -> None:
+    db.execute(
+        "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (tenant, day, key_id, model, workflow) DO UPDATE SET "
+        "requests = requests + excluded.requests, "
+        "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+        "cached_tokens = cached_tokens + excluded.cached_tokens, "
+        "completion_tokens = completion_tokens + excluded.completion_tokens, "
+        "cost_micros = cost_micros + excluded.cost_micros",
+        (
+            tenant,
+            entry.day,
+            entry.key_id,
+            entry.model,
+            entry.requests,
+            entry.prompt_tokens,
+            entry.cached_tokens,
+            entry.completion_tokens,
+            entry.cost_micros,
+            entry.workflow,
+        ),
+    )
 
 
 def counters(db: sqlite3.Connection, now_us: int, tenant: str, names: tuple[str, ...]) -> tuple[int, ...]:

@@ -96,6 +96,7 @@ class WorkersAIUpstream:
         self._client = HttpClient(
             name, max_connections=config.max_connections, connect_timeout=config.timeouts.connect_s
         )
+        self._queued_models = frozenset(config.async_queue_models)
 
     def _url(self, request: UpstreamRequest) -> str:
         if self._native:
@@ -191,6 +192,66 @@ class WorkersAIUpstream:
                 return errors.from_status(self.name, status, message[:500], retry_after)
         return errors.from_status(self.name, status, errors.openai_error_message(body), retry_after)
 
+    def queues(self, model: str) -> bool:
+        return "*" in self._queued_models or model in self._queued_models
+
+    async def enqueue(self, request: UpstreamRequest, reference: str) -> str:
+        """`POST .../ai/run/{model}?queueRequest=true` with `{"requests": [input]}`; the ack's request_id."""
+        item = {**_native_input(request), "external_reference": reference}
+        result = await self._queue_call(request, {"requests": [item]})
+        queued_id = result.get("request_id")
+        if not isinstance(queued_id, str) or not queued_id:
+            raise errors.malformed(self.name)
+        return queued_id
+
+    async def poll(self, request: UpstreamRequest, queued_id: str, reference: str) -> UpstreamResponse | None:
+        """`POST` the same URL with `{"request_id"}`: pending (`queued`, `running`) or the result,
+        whose `responses` may come in any order (matched by `external_reference`, else `id`)."""
+        result = await self._queue_call(request, {"request_id": queued_id})
+        if result.get("status") in ("queued", "running"):
+            return None
+        responses = result.get("responses")
+        if not isinstance(responses, list):
+            raise errors.malformed(self.name)
+        mine = next(
+            (r for r in responses if isinstance(r, dict) and r.get("external_reference") == reference),
+            next((r for r in responses if isinstance(r, dict) and r.get("id") == 0), None),
+        )
+        if mine is None:
+            raise errors.malformed(self.name)
+        answer = mine.get("result")
+        if mine.get("success") is False or not isinstance(answer, dict):
+            message = answer.get("error") if isinstance(answer, dict) else None
+            raise UpstreamRejected(
+                f"Workers AI's queue failed the request ({str(message or 'no reason given')[:300]}).",
+                upstream=self.name,
+            )
+        if request.endpoint is Endpoint.EMBEDDINGS:
+            return UpstreamResponse(200, _native_embeddings(answer, request.model))
+        body = answer if "choices" in answer else _native_completion(answer, request.model)
+        if "usage" not in body and isinstance(result.get("usage"), dict):
+            body["usage"] = result["usage"]  # one request per queued batch: the batch's usage is its own
+        return UpstreamResponse(200, body)
+
+    async def _queue_call(self, request: UpstreamRequest, payload: dict[str, Any]) -> dict[str, Any]:
+        url = f"{self._account}/ai/run/{quote(request.model, safe='@/')}?queueRequest=true"
+        timeout = max(request.deadline - time.monotonic(), 0.001)
+        headers = {"authorization": self._auth, "content-type": "application/json"}
+        if request.trace_headers:
+            headers.update(request.trace_headers)
+        raw = await self._client.post(url, orjson.dumps(payload), headers, timeout, request.headers_timeout)
+        if raw.status != 200:
+            raise self._error(raw.status, raw.body, raw.headers)
+        envelope = errors.safe_json(raw.body)
+        if not isinstance(envelope, dict):
+            raise errors.malformed(self.name)
+        if envelope.get("success") is False:
+            raise self._error(raw.status, raw.body, raw.headers)
+        result = envelope.get("result")
+        if not isinstance(result, dict):
+            raise errors.malformed(self.name)
+        return result
+
     async def check_health(self, replica: int, timeout_s: float) -> Health:
         try:
             response = await self._client.get(
@@ -208,6 +269,14 @@ class WorkersAIUpstream:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _native_input(request: UpstreamRequest) -> dict[str, Any]:
+    """The request as the native endpoint's input (what its queue takes, item by item)."""
+    body: dict[str, Any] = {k: v for k, v in request.body.items() if k != "model"}
+    if request.endpoint is Endpoint.EMBEDDINGS:
+        body = {"text": body.pop("input"), **{k: v for k, v in body.items() if k != "encoding_format"}}
+    return body
 
 
 def _native_completion(result: dict[str, Any], model: str) -> dict[str, Any]:

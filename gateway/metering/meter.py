@@ -27,6 +27,7 @@ from gateway.metering import estimate, idempotency, refusals
 from gateway.metering.bands import BudgetBands
 from gateway.metering.idempotency import IDEMPOTENCY_HEADER
 from gateway.metering.images import ImageRule
+from gateway.metering.leases import Leases
 from gateway.metering.plan import MeterPlan, MeterPlans, Periods, utc_now
 from gateway.metering.prices import PER_MILLION, Price, PriceBook
 from gateway.metering.records import BudgetCharge, RateCharge, ReserveOutcome, ReserveRequest
@@ -54,8 +55,10 @@ class Meter:
         state: StateConfig,
         bands: BudgetBands | None = None,
         clock: Callable[[], datetime] = utc_now,
+        leases: Leases | None = None,
     ) -> None:
         self._store = store
+        self._leases = leases
         self._plans = plans
         self._prices = prices
         self._routes = {alias: tuple(c) for alias, c in routes.items()}
@@ -126,24 +129,18 @@ class Meter:
         cap = self._output_cap(asked, exchange) if chat and bounded else 0
         price = self._prices.worst(c.model for c in self._candidates(exchange))
         per_choice = cap
-        outcome: ReserveOutcome | None = None
-        for _ in range(_ATTEMPTS):
-            request = self._request(ticket, tenant, plan, input_tokens, per_choice * choices, price, exchange)
-            outcome = await self._reserved(ticket, request)
-            if outcome.admitted:
-                break
-            headers = refusals.rate_headers(plan.rates, outcome.rates)
-            if any(state.retry_after_s > 0 for state in outcome.rates):
-                exchange.response_headers.update(headers)
-                raise refusals.rate_limited(tenant, plan.rates, outcome.rates, headers)
-            fits = self._fitting_output(plan, outcome.used, input_tokens, price) // choices
-            if fits < min(self._metering.min_max_tokens, cap):  # cap is 0 for embeddings: the input must fit
-                exchange.response_headers.update(headers)
-                raise self._quota_exceeded(tenant, plan, outcome.used, request)
-            per_choice = min(per_choice, fits)
+        request = self._request(ticket, tenant, plan, input_tokens, per_choice * choices, price, exchange)
+        leased = None
+        if self._leases is not None:
+            counters = self._counters(plan, ticket.periods)
+            leased = await self._leases.draw(plan, ticket.periods, counters, request, exchange.deadline)
+        if leased is not None:
+            ticket.lease, outcome = leased
         else:
-            raise self._quota_exceeded(tenant, plan, outcome.used if outcome else (), request)
-        ticket.budgets, ticket.rates, ticket.reserved = request.budgets, request.rates, True
+            outcome, request, per_choice = await self._reserve_exactly(
+                exchange, ticket, plan, request, (input_tokens, per_choice, choices, cap), price
+            )
+        ticket.budgets, ticket.rates, ticket.reserved = request.budgets, request.rates, ticket.lease is None
         ticket.input_tokens, ticket.output_tokens = input_tokens, per_choice * choices
         exchange.response_headers.update(refusals.rate_headers(plan.rates, outcome.rates))
         if self._bands is not None and exchange.principal is not None:
@@ -155,6 +152,40 @@ class Meter:
                 note_output_limit(exchange, per_choice, "budget")
             elif asked is None:
                 note_output_limit(exchange, per_choice, "default")
+
+    async def _reserve_exactly(
+        self,
+        exchange: Exchange,
+        ticket: MeterTicket,
+        plan: MeterPlan,
+        request: ReserveRequest,
+        sizes: tuple[int, int, int, int],
+        price: Price | None,
+    ) -> tuple[ReserveOutcome, ReserveRequest, int]:
+        """The request's own reservation: the admitted outcome, the request as reserved, and
+        the output tokens per choice it covers (lowered to what a hard budget still covers)."""
+        input_tokens, per_choice, choices, cap = sizes
+        tenant = request.tenant
+        for attempt in range(_ATTEMPTS):
+            if attempt:
+                request = self._request(
+                    ticket, tenant, plan, input_tokens, per_choice * choices, price, exchange
+                )
+            outcome = await self._reserved(ticket, request)
+            if self._leases is not None:
+                self._leases.observe(plan, ticket.periods, request, outcome)
+            if outcome.admitted:
+                return outcome, request, per_choice
+            headers = refusals.rate_headers(plan.rates, outcome.rates)
+            if any(state.retry_after_s > 0 for state in outcome.rates):
+                exchange.response_headers.update(headers)
+                raise refusals.rate_limited(tenant, plan.rates, outcome.rates, headers)
+            fits = self._fitting_output(plan, outcome.used, input_tokens, price) // choices
+            if fits < min(self._metering.min_max_tokens, cap):  # cap is 0 for embeddings: the input must fit
+                exchange.response_headers.update(headers)
+                raise self._quota_exceeded(tenant, plan, outcome.used, request)
+            per_choice = min(per_choice, fits)
+        raise self._quota_exceeded(tenant, plan, outcome.used, request)
 
     async def _reserved(self, ticket: MeterTicket, request: ReserveRequest) -> ReserveOutcome:
         """The store's answer; until it comes (or when none does) the ticket says the store

@@ -14,6 +14,7 @@ from gateway.config import GatewayConfig, StateConfig
 from gateway.exchange import Candidate
 from gateway.metering.admin import SpendAdmin
 from gateway.metering.bands import BudgetBands
+from gateway.metering.leases import Leases
 from gateway.metering.meter import Meter
 from gateway.metering.plan import MeterPlans
 from gateway.metering.prices import PriceBook
@@ -37,6 +38,7 @@ class MeteringParts:
     settle: Settle  # a finisher
     bands: BudgetBands  # `await bands.band(principal)` for the policy input's "budget"
     admin: SpendAdmin | None  # GET /admin/spend, when `admin` is configured
+    leases: Leases | None = None  # this worker's leases (`state.leases`), shared by every meter
 
     async def aclose(self) -> None:
         await self.settle.aclose()
@@ -46,24 +48,26 @@ class MeteringParts:
 def replanned(parts: MeteringParts, config: GatewayConfig, state: StateConfig) -> MeteringParts:
     """The same store and settle, with the meter, bands and spend report of an edited config
     (its tenants, keys and model aliases: a config reload)."""
-    meter, bands, admin = _planned(config, state, parts.store)
+    meter, bands, admin = _planned(config, state, parts.store, parts.leases)
     return dataclasses.replace(parts, meter=meter, bands=bands, admin=admin)
 
 
 def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore) -> MeteringParts:
-    meter, bands, admin = _planned(config, state, store)
+    leases = Leases(store, state.lease_s, state.settled_keep_s) if state.leases else None
+    meter, bands, admin = _planned(config, state, store, leases)
     prices = PriceBook.from_config(config.prices)
     return MeteringParts(
         store=store,
         meter=meter,
-        settle=Settle(store, prices, config.metering, state),
+        settle=Settle(store, prices, config.metering, state, leases),
         bands=bands,
         admin=admin,
+        leases=leases,
     )
 
 
 def _planned(
-    config: GatewayConfig, state: StateConfig, store: StateStore
+    config: GatewayConfig, state: StateConfig, store: StateStore, leases: Leases | None
 ) -> tuple[Meter, BudgetBands, SpendAdmin | None]:
     plans = MeterPlans(config)
     prices = PriceBook.from_config(config.prices)
@@ -73,4 +77,5 @@ def _planned(
         for alias, candidates in config.models.items()
     }
     admin = SpendAdmin(store, config.admin.tokens, list(config.tenants)) if config.admin is not None else None
-    return Meter(store, plans, prices, routes, config.metering, state, bands), bands, admin
+    meter = Meter(store, plans, prices, routes, config.metering, state, bands, leases=leases)
+    return meter, bands, admin

@@ -22,6 +22,7 @@ from gateway.errors import StateStoreUnavailable
 from gateway.exchange import Exchange
 from gateway.metering import idempotency
 from gateway.metering.counted import settle_usage
+from gateway.metering.leases import Leases
 from gateway.metering.prices import PriceBook
 from gateway.metering.records import LedgerEntry, RateCharge, Settlement
 from gateway.metering.settle_retries import SettleRetries
@@ -40,12 +41,14 @@ class Settle:
         prices: PriceBook,
         metering: MeteringConfig,
         state: StateConfig,
+        leases: Leases | None = None,
     ) -> None:
         self._store = store
         self._prices = prices
         self._idempotency_ttl_s = metering.idempotency_ttl_s
         self._keep_s = state.settled_keep_s
         self._retries = SettleRetries(store, give_up_s=state.settled_keep_s / 2)
+        self._leases = leases
 
     async def finish(self, exchange: Exchange) -> None:
         ticket = exchange.meter
@@ -55,6 +58,10 @@ class Settle:
         if exchange.idempotency is not None:
             await idempotency.close(self._store, exchange, exchange.idempotency, self._idempotency_ttl_s)
         settlement = self._settlement(exchange, ticket, tenant)
+        if ticket.lease is not None and self._leases is not None:
+            # Admitted against this worker's lease: the settlement goes in its next batch.
+            self._leases.settled(ticket.lease, settlement, _tokens(exchange))
+            return
         if settlement is None:
             return
         if ticket.reserve_unanswered and not ticket.reserved:
@@ -118,5 +125,16 @@ class Settle:
         return Settlement(tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s, release)
 
     async def aclose(self) -> None:
-        """Stop the retries, giving each pending settle one last try."""
+        """Give the leases back with their last batches; stop the retries, giving each
+        pending settle one last try."""
+        if self._leases is not None:
+            await self._leases.aclose()
         await self._retries.aclose()
+
+
+def _tokens(exchange: Exchange) -> int:
+    """Prompt and completion tokens the request actually used (0 when no upstream answered)."""
+    if not any(a.status == 200 for a in exchange.attempts):
+        return 0
+    usage = settle_usage(exchange)
+    return usage.prompt_tokens + usage.completion_tokens

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.metering.lease import LeaseDraw
 from gateway.metering.plan import MeterPlan, Periods
 from gateway.metering.records import BudgetCharge, RateCharge
 
@@ -22,3 +23,4 @@ class MeterTicket:
     input_tokens: int = 0  # the upper-bound estimate that was reserved
     output_tokens: int = 0  # the output bound that was reserved (max tokens times choices)
     replayed: bool = False  # answered from a stored response: nothing to settle
+    lease: LeaseDraw | None = None  # admitted against this worker's lease, not reserved on its own

@@ -123,6 +123,8 @@ class Mirror:
         shadows = self._shadows.get(exchange.routed_alias or exchange.model_alias)
         if not shadows or exchange.endpoint is not Endpoint.CHAT or exchange.replay_body is not None:
             return
+        if exchange.job_id is not None:
+            return  # an async job's submission never finishes here: its copy would never be sent
         request_hash = stable_hash(exchange.request_id)
         decision = exchange.decision
         permitted = decision.route.upstreams if decision is not None else None

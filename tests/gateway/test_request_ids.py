@@ -3,6 +3,8 @@ client's id is echoed to the client and scrubbed wherever it is written."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 import uuid
 from collections.abc import Iterator
@@ -22,6 +24,16 @@ from tests.servers import TEST_KEY, RunningGateway, gateway_config, running_gate
 
 SSN, API_KEY = "078-05-1120", "sk-proj-abcdefghijklmnopqrstuvwxyz012345"
 CARD_LIKE = "c9fed51bc05a4969242448027da63f2a"  # hex whose digits pass the card check
+
+
+def test_an_operator_holding_the_key_derives_the_same_id() -> None:
+    """The documented derivation: HMAC-SHA256 of the request id under the key, its first 16
+    bytes laid out as a version 4 UUID (as the standard library lays them out)."""
+    key = b"k" * 32
+    ids = UpstreamIds(key)
+    for request_id in ("078-05-1120", "req_" + "ab" * 16, "über-Ω", CARD_LIKE):
+        digest = hmac.new(key, request_id.encode(), hashlib.sha256).digest()
+        assert ids(request_id) == str(uuid.UUID(bytes=digest[:16], version=4))
 
 
 def test_the_upstream_id_is_a_version_4_uuid_derived_under_the_key() -> None:

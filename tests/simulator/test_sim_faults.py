@@ -238,3 +238,27 @@ async def test_control_endpoints(sim: Simulator, http: aiohttp.ClientSession) ->
     async with http.delete(url + "/_sim/requests") as resp:
         assert resp.status == 200
     assert sim.requests == []
+
+
+async def test_a_fault_on_one_first_attempt_in_three_lets_every_retry_through(
+    sim: Simulator, http: aiohttp.ClientSession
+) -> None:
+    sim.faults.set({"status": 429, "code": 3040}, every=3, first_attempts=True)
+    bodies = [chat_body(f"question {i}") for i in range(9)]
+    first = [await _status(http, sim.url, body) for body in bodies]
+    assert first.count(429) == 3 and first.count(200) == 6
+    retried = [
+        await _status(http, sim.url, body)
+        for body, status in zip(bodies, first, strict=True)
+        if status == 429
+    ]
+    assert retried == [200, 200, 200]
+
+
+async def test_first_attempt_faults_are_set_over_http(sim: Simulator, http: aiohttp.ClientSession) -> None:
+    fault = {"fault": {"status": 503}, "every": 2, "first_attempts": True}
+    async with http.post(sim.url + "/_sim/faults", json=fault) as resp:
+        assert resp.status == 200
+    statuses = [await _status(http, sim.url, chat_body(f"q{i}")) for i in range(4)]
+    assert statuses == [200, 503, 200, 503]
+    assert await _status(http, sim.url, chat_body("q1")) == 200

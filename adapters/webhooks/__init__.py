@@ -1,0 +1,1 @@
+"""Webhook delivery: the outbound HTTP the job runner's notifications go through."""

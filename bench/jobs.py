@@ -1,0 +1,311 @@
+"""Async jobs against the zero-latency simulator: does the queue drain fast, and does pulling
+it leave interactive requests alone?
+
+One gateway process (1 worker, jobs on, SQLite job store) in front of the simulator (zero
+latency), both on 127.0.0.1. In one run:
+
+1. *sync*: closed-loop synchronous load (`--connections`, default 32) for `--seconds`: the
+   gateway's synchronous throughput S;
+2. *interactive alone*: an open-loop interactive load (`--rate` requests/s, default 20) for
+   `--seconds`: its p50;
+3. *drain*: a batch of `--jobs` lines (default 5,000) through the Batch API, timed from its
+   creation until every line is done: the drain rate D; meanwhile the same interactive load
+   runs again: its p50 under the drain.
+
+Reported: D / S (target >= 0.70) and the interactive p50's change (target <= 10 %).
+
+    python -m bench.jobs [--jobs N] [--seconds S] [--connections C] [--rate R] [--no-doc]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from bench.harness import (
+    DOC,
+    HOST,
+    RESULTS_DIR,
+    BenchError,
+    Processes,
+    free_port,
+    git_revision,
+    machine_lock,
+    percentile,
+    start_simulator,
+    wait_http_ok,
+)
+
+KEY = "tg-bench-jobs-key-0123456789"
+CHAT = "/v1/chat/completions"
+SECTION = "## Async jobs: queue drain against sync throughput, and interactive latency"
+
+
+def gateway_config(sim_port: int, tmp: Path, jobs: dict[str, Any]) -> dict[str, Any]:
+    from gateway.keys import hash_key
+
+    return {
+        "server": {"host": HOST, "workers": 1, "access_log": False, "log_level": "warning"},
+        "upstreams": {"sim": {"kind": "openai_compat", "base_url": f"http://{HOST}:{sim_port}/v1"}},
+        "models": {"bench": [{"upstream": "sim", "model": "bench-model"}]},
+        "tenants": {"bench": {"models": ["*"]}},
+        "keys": [{"tenant": "bench", "hash": hash_key(KEY)}],
+        "jobs": {"sqlite_path": str(tmp / "jobs.db"), **jobs},
+    }
+
+
+def body(i: int) -> dict[str, Any]:
+    return {
+        "model": "bench",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": f"bench request {i}"}],
+    }
+
+
+async def closed_loop(url: str, connections: int, seconds: float) -> float:
+    """Requests per second with `connections` clients sending back to back."""
+    done = 0
+    headers = {"authorization": f"Bearer {KEY}"}
+    stop = time.monotonic() + seconds
+
+    async def client(session: aiohttp.ClientSession, n: int) -> None:
+        nonlocal done
+        i = 0
+        while time.monotonic() < stop:
+            async with session.post(url + CHAT, json=body(n * 1_000_000 + i), headers=headers) as response:
+                await response.read()
+                if response.status != 200:
+                    raise BenchError(f"sync request failed: {response.status}")
+            done += 1
+            i += 1
+
+    started = time.monotonic()
+    connector = aiohttp.TCPConnector(limit=connections)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await asyncio.gather(*(client(session, n) for n in range(connections)))
+    return done / (time.monotonic() - started)
+
+
+async def interactive(url: str, rate: float, until: asyncio.Event | None, seconds: float) -> list[float]:
+    """Open-loop requests at `rate` per second; each one's latency (s)."""
+    headers = {"authorization": f"Bearer {KEY}"}
+    latencies: list[float] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def one(session: aiohttp.ClientSession, i: int) -> None:
+        started = time.perf_counter()
+        async with session.post(url + CHAT, json=body(-i), headers=headers) as response:
+            await response.read()
+        latencies.append(time.perf_counter() - started)
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as session:
+        stop = time.monotonic() + seconds
+        i = 0
+        next_at = time.monotonic()
+        while time.monotonic() < stop and not (until is not None and until.is_set()):
+            tasks.append(asyncio.ensure_future(one(session, i)))
+            i += 1
+            next_at += 1 / rate
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+        await asyncio.gather(*tasks)
+    return latencies
+
+
+async def drain(url: str, jobs: int, rate: float, max_s: float) -> dict[str, Any]:
+    headers = {"authorization": f"Bearer {KEY}"}
+    lines = b"\n".join(
+        orjson.dumps({"custom_id": f"j{i}", "method": "POST", "url": CHAT, "body": body(i)})
+        for i in range(jobs)
+    )
+    async with aiohttp.ClientSession() as session:
+        form = aiohttp.FormData()
+        form.add_field("purpose", "batch")
+        form.add_field("file", lines, filename="bench.jsonl", content_type="application/jsonl")
+        async with session.post(url + "/v1/files", data=form, headers=headers) as response:
+            uploaded = await response.json()
+        creation = {"input_file_id": uploaded["id"], "endpoint": CHAT, "completion_window": "24h"}
+        submit_started = time.monotonic()
+        async with session.post(url + "/v1/batches", json=creation, headers=headers) as response:
+            batch = await response.json()
+            if response.status != 200:
+                raise BenchError(f"batch creation failed: {batch}")
+        started = time.monotonic()
+        finished = asyncio.Event()
+        load = asyncio.ensure_future(interactive(url, rate, finished, max_s))
+        counts: dict[str, int] = {}
+        try:
+            while time.monotonic() - started < max_s:
+                async with session.get(f"{url}/v1/batches/{batch['id']}", headers=headers) as response:
+                    state = await response.json()
+                counts = state["request_counts"]
+                if state["status"] == "completed":
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise BenchError(f"the batch did not drain in {max_s:.0f}s: {counts}")
+        finally:
+            finished.set()
+        drained_s = time.monotonic() - started
+        latencies = await load
+    return {
+        "jobs": jobs,
+        "submit_s": started - submit_started,
+        "drain_s": drained_s,
+        "drain_rps": jobs / drained_s,
+        "failed": counts.get("failed", 0),
+        "interactive": latencies,
+    }
+
+
+async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    await closed_loop(url, args.connections, 2.0)  # warm-up
+    sync_rps = await closed_loop(url, args.connections, args.seconds)
+    alone = await interactive(url, args.rate, None, args.seconds)
+    drained = await drain(url, args.jobs, args.rate, 600.0)
+    during = drained.pop("interactive")
+    again = await interactive(url, args.rate, None, args.seconds)  # the baseline again, after
+    p50_alone = percentile([*alone, *again], 50) * 1000
+    p50_during = percentile(during, 50) * 1000
+    return {
+        "sync_rps": sync_rps,
+        **drained,
+        "drain_over_sync": drained["drain_rps"] / sync_rps,
+        "interactive_p50_alone_ms": p50_alone,
+        "interactive_p50_during_ms": p50_during,
+        "interactive_p99_alone_ms": percentile([*alone, *again], 99) * 1000,
+        "interactive_p99_during_ms": percentile(during, 99) * 1000,
+        "interactive_samples": [len(alone) + len(again), len(during)],
+        "p50_change": p50_during / p50_alone - 1,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    procs = Processes()
+    with tempfile.TemporaryDirectory(prefix="tollgate-bench-jobs-") as directory:
+        tmp = Path(directory)
+        try:
+            _, sim_port = start_simulator(procs, tmp)
+            port = free_port()
+            jobs = json.loads(args.jobs_config) if args.jobs_config else {}
+            if args.job_worker:
+                jobs["pull"] = False  # the gateway accepts jobs; a niced jobs-worker process runs them
+            config = tmp / "gateway.json"
+            config.write_text(json.dumps(gateway_config(sim_port, tmp, jobs)))
+            log = tmp / "gateway.log"
+            argv = [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                str(port),
+            ]
+            proc = procs.start("gateway", [*argv, "--workers", "1"], log)
+            wait_http_ok(f"http://{HOST}:{port}/healthz", proc, "gateway", log)
+            if args.job_worker:
+                worker = [
+                    sys.executable,
+                    "-m",
+                    "gateway.cli",
+                    "jobs-worker",
+                    "--config",
+                    str(config),
+                    "--nice",
+                    str(args.nice),
+                ]
+                procs.start("jobs-worker", worker, tmp / "jobs-worker.log")
+            result = asyncio.run(measure(f"http://{HOST}:{port}", args))
+            result["jobs_config"] = jobs
+            return result
+        finally:
+            procs.stop_all()
+
+
+def render(result: dict[str, Any], command: str) -> str:
+    r = result
+    rows = [
+        (f"synchronous throughput S (closed loop, c{r['connections']})", f"{r['sync_rps']:.0f} req/s"),
+        (
+            f"queue drain rate D ({r['jobs']:,} jobs, the interactive load running)",
+            f"{r['drain_rps']:.0f} jobs/s ({r['drain_s']:.1f} s)",
+        ),
+        ("**D / S** (target >= 0.70)", f"**{r['drain_over_sync']:.2f}**"),
+        (
+            f"interactive p50 alone / during the drain ({r['rate']:g} req/s, open loop)",
+            f"{r['interactive_p50_alone_ms']:.2f} / {r['interactive_p50_during_ms']:.2f} ms",
+        ),
+        ("**interactive p50 change** (target <= +10 %)", f"**{r['p50_change'] * 100:+.0f} %**"),
+        (
+            "interactive p99 alone / during",
+            f"{r['interactive_p99_alone_ms']:.2f} / {r['interactive_p99_during_ms']:.2f} ms",
+        ),
+        ("batch creation (every line's governance, then stored)", f"{r['submit_s']:.1f} s"),
+    ]
+    table = "\n".join(f"| {name} | {value} |" for name, value in rows)
+    return f"""{SECTION}
+
+Measured {time.strftime("%Y-%m-%d", time.gmtime())} at `{git_revision()}` on the shared, busy 2-core
+machine (other sessions' tests and benchmarks ran meanwhile), so read the same-run ratios.
+Command: `{command}`. One gateway process (1 worker, SQLite job store), the simulator in
+zero-latency mode; {r["jobs"]:,} queued requests (one batch through the Batch API) rather than
+the 20,000 the target names, to keep the run within a couple of minutes on this machine.
+
+| figure | value |
+| --- | --- |
+{table}
+"""
+
+
+def write_doc(text: str) -> None:
+    doc = DOC.read_text()
+    if SECTION in doc:
+        start = doc.index(SECTION)
+        end = doc.find("\n## ", start + len(SECTION))
+        doc = doc[:start] + text + (doc[end + 1 :] if end != -1 else "")
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + text
+    DOC.write_text(doc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument("--jobs-config", default="", help="JSON: overrides of the gateway's jobs block")
+    parser.add_argument(
+        "--job-worker", action="store_true", help="jobs run in a `tollgate jobs-worker` process"
+    )
+    parser.add_argument("--nice", type=int, default=10, help="the jobs worker's OS priority increment")
+    parser.add_argument("--no-doc", action="store_true")
+    args = parser.parse_args()
+    with machine_lock():
+        result = run(args)
+    result.update(connections=args.connections, rate=args.rate, job_worker=args.job_worker, nice=args.nice)
+    RESULTS_DIR.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (RESULTS_DIR / f"jobs-{stamp}.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    if not args.no_doc:
+        command = "python -m bench.jobs " + " ".join(sys.argv[1:])
+        write_doc(render(result, command.strip()))
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()

@@ -1,0 +1,209 @@
+"""The HTTP doors of async work: `Prefer: respond-async`, `/v1/async/{id}`, `/v1/files`,
+`/v1/batches` (gateway/jobs/batches_api.py) and `/v1/webhooks`.
+
+The HTTP edge (gateway/http.py) hands each request here as an `ApiRequest` and sends back
+the `ApiAnswer`; errors are GatewayErrors, which the edge turns into OpenAI's error format.
+Every id is the caller's tenant's: another tenant's id is answered as an unknown one (404).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+import orjson
+
+from gateway.config import JobsConfig
+from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound, PayloadTooLarge
+from gateway.exchange import Endpoint, Principal
+from gateway.jobs import batch_output, results
+from gateway.jobs.api_types import ApiAnswer, ApiRequest
+from gateway.jobs.batches_api import BatchesApi
+from gateway.jobs.multipart import parse_form
+from gateway.jobs.records import JobState, StoredFile
+from gateway.jobs.runner import JobRunner
+from gateway.jobs.store import JobStore
+from gateway.jobs.submit import Submitter, new_job_id
+from gateway.jobs.webhooks import DELIVERY_PREFIX
+from gateway.jobs.webhooks_api import WebhooksApi
+
+ASYNC_PATH = "/v1/async/"
+_PREFIXES = ("/v1/files", "/v1/batches", ASYNC_PATH, "/v1/webhooks")
+_MULTIPART_SLACK = 64 * 1024  # the form's own bytes around the file
+_FILES_LISTED = 10_000  # GET /v1/files: the newest this many
+
+
+def prefers_async(headers: Mapping[str, str]) -> bool:
+    """RFC 7240: `Prefer: respond-async` (among other preferences, any case)."""
+    prefer = headers.get("prefer")
+    return prefer is not None and any(
+        token.split("=")[0].strip().lower() == "respond-async" for token in prefer.split(",")
+    )
+
+
+class JobsApi:
+    def __init__(
+        self,
+        store: JobStore,
+        submitter: Submitter,
+        runner: JobRunner,
+        authenticate: Callable[[str | None], Principal],
+        config: JobsConfig,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._submitter = submitter
+        self._runner = runner
+        self._authenticate = authenticate
+        self._config = config
+        self._clock = clock
+        self._batches = BatchesApi(store, submitter, runner, config, clock)
+        self._webhooks = WebhooksApi(store, config, clock)
+
+    def serves(self, path: str) -> bool:
+        return path.startswith(_PREFIXES)
+
+    async def submit(
+        self, endpoint: Endpoint, headers: Mapping[str, str], raw_body: bytes, request_id: str
+    ) -> ApiAnswer:
+        """`Prefer: respond-async`: the request's governance now, 202 with the job to poll."""
+        job_id = new_job_id()
+        expires_at = self._clock() + self._config.completion_window_s
+        job, exchange = await self._submitter.prepare(
+            job_id, endpoint, headers, raw_body, request_id, expires_at
+        )
+        try:
+            await self._store.submit([job])
+        except GatewayError as exc:
+            await self._submitter.abandon(exchange, exc)
+            raise
+        self._runner.wake()
+        location = ASYNC_PATH + job_id
+        body = _job_document(job_id, "queued", job.created_at, job.expires_at)
+        headers_out = {"location": location, "preference-applied": "respond-async", "retry-after": "1"}
+        return ApiAnswer(202, orjson.dumps(body), headers_out)
+
+    async def handle(self, request: ApiRequest) -> ApiAnswer:
+        principal = self._authenticate(request.headers.get("authorization"))
+        tenant = principal.tenant.name
+        parts = request.path.rstrip("/").split("/")[2:]  # after "/v1"
+        head = parts[0]
+        if head == "async" and len(parts) == 2:
+            return await self._async_job(request, tenant, parts[1])
+        if head == "files":
+            return await self._files(request, tenant, parts[1:])
+        if head == "batches":
+            return await self._batches.handle(request, tenant, parts[1:])
+        if head == "webhooks":
+            return await self._webhooks.handle(request, tenant, parts[1:])
+        raise NotFound(f"Unknown path {request.path}.", code="unknown_url")
+
+    async def _async_job(self, request: ApiRequest, tenant: str, job_id: str) -> ApiAnswer:
+        if request.method == "DELETE":
+            cancelled = await self._store.cancel_job(
+                tenant, job_id, results.cancelled(self._config.results_keep_s)
+            )
+            if cancelled is not None:
+                await self._runner.release(cancelled)
+        elif request.method not in ("GET", "HEAD"):
+            raise MethodNotAllowed(f"Use GET (or DELETE, to cancel) for {request.path}.")
+        view = await self._store.job(tenant, job_id)
+        if view is None or view.batch_id is not None or job_id.startswith(DELIVERY_PREFIX):
+            raise NotFound(f"No async job {job_id!r}.", code="job_not_found")
+        if view.state.final and view.body is not None and view.status is not None:
+            return ApiAnswer(view.status, view.body)
+        status = "running" if view.state is JobState.RUNNING or view.started else "queued"
+        document = _job_document(view.id, status, view.created_at, view.expires_at)
+        return ApiAnswer(202, orjson.dumps(document), {"retry-after": "1"})
+
+    async def _files(self, request: ApiRequest, tenant: str, rest: list[str]) -> ApiAnswer:
+        if not rest:
+            if request.method in ("GET", "HEAD"):
+                listed = [batch_output.file_object(f) for f in await self._store.files(tenant, _FILES_LISTED)]
+                return ApiAnswer(200, orjson.dumps({"object": "list", "data": listed, "has_more": False}))
+            if request.method != "POST":
+                raise MethodNotAllowed("Use POST or GET for /v1/files.")
+            return await self._upload(request, tenant)
+        file_id = rest[0]
+        if request.method == "DELETE" and len(rest) == 1:
+            if not await self._store.delete_file(tenant, file_id):
+                raise _no_file(file_id)
+            return ApiAnswer(200, orjson.dumps({"id": file_id, "object": "file", "deleted": True}))
+        if request.method not in ("GET", "HEAD"):
+            raise MethodNotAllowed(f"Use GET (or DELETE) for {request.path}.")
+        content = len(rest) == 2 and rest[1] == "content"
+        if len(rest) > 2 or (len(rest) == 2 and not content):
+            raise NotFound(f"Unknown path {request.path}.", code="unknown_url")
+        result_of = batch_output.batch_of_result_file(file_id)
+        if result_of is not None:
+            data = await self._batches.result_file(tenant, file_id, *result_of)
+            if data is None:
+                raise _no_file(file_id)
+            document, text = data
+            return (
+                ApiAnswer(200, text, content_type="application/jsonl")
+                if content
+                else ApiAnswer(200, orjson.dumps(document))
+            )
+        stored = await self._store.file(tenant, file_id)
+        if stored is None:
+            raise _no_file(file_id)
+        if not content:
+            return ApiAnswer(200, orjson.dumps(batch_output.file_object(stored)))
+        text_bytes = await self._store.file_content(tenant, file_id)
+        if text_bytes is None:
+            raise _no_file(file_id)
+        return ApiAnswer(200, text_bytes, content_type="application/jsonl")
+
+    async def _upload(self, request: ApiRequest, tenant: str) -> ApiAnswer:
+        limit = self._config.max_file_bytes
+        try:
+            body = await request.read_body(limit + _MULTIPART_SLACK)
+        except PayloadTooLarge:
+            raise _file_too_large(limit) from None
+        form = parse_form(request.headers.get("content-type", ""), body)
+        purpose = form.get("purpose")
+        upload = form.get("file")
+        if purpose is None or upload is None:
+            raise InvalidRequest("Send the fields 'purpose' and 'file'.", code="missing_field")
+        if purpose.content != b"batch":
+            raise InvalidRequest(
+                "This gateway stores files for the Batch API only: use purpose 'batch'.",
+                param="purpose",
+                code="unsupported_purpose",
+            )
+        if len(upload.content) > limit:
+            raise _file_too_large(limit)
+        now = self._clock()
+        stored = StoredFile(
+            new_job_id("file").replace("_", "-", 1),
+            tenant,
+            "batch",
+            (upload.filename or "upload.jsonl")[:255],
+            len(upload.content),
+            now,
+            now + self._config.results_keep_s,
+        )
+        await self._store.put_file(stored, upload.content)
+        return ApiAnswer(200, orjson.dumps(batch_output.file_object(stored)))
+
+
+def _job_document(job_id: str, status: str, created_at: float, expires_at: float) -> dict[str, object]:
+    return {
+        "id": job_id,
+        "object": "async.job",
+        "status": status,
+        "created_at": int(created_at),
+        "expires_at": int(expires_at),
+        "location": ASYNC_PATH + job_id,
+    }
+
+
+def _no_file(file_id: str) -> NotFound:
+    return NotFound(f"No such file: {file_id!r}.", code="file_not_found")
+
+
+def _file_too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"The file exceeds the gateway's limit of {limit} bytes; it was not stored.", code="file_too_large"
+    )

@@ -1,0 +1,156 @@
+"""The lease call of the StateStore contract (`StateStore.lease`), against SQLite, Redis and
+Redis Cluster: holds within hard limits, batches applied once, stale and late calls
+changing nothing, leases released when their time passes."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from gateway.metering.lease_records import LeaseBudget, LeaseRate, LeaseSync, SettleBatch
+from gateway.metering.records import LedgerEntry, RateCharge, ReserveRequest, Settlement
+from gateway.ports import StateStore
+from tests.metering.test_store_contract import EXPIRES, budget, reserve_request
+
+COUNTER = "t:day:2026-11-22:usd"
+DAY = "2026-11-22"
+
+
+def hold(want: int, floor: int = 0, limit: int = 1000, hard: bool = True) -> LeaseBudget:
+    return LeaseBudget(COUNTER, want, floor, limit, hard, EXPIRES)
+
+
+def sync(
+    lease_id: str,
+    seq: int,
+    *budgets: LeaseBudget,
+    rates: tuple[LeaseRate, ...] = (),
+    batch: SettleBatch | None = None,
+    close: bool = False,
+    lease_s: float = 60,
+) -> LeaseSync:
+    return LeaseSync("acme", lease_id, seq, lease_s, budgets, rates, batch, close)
+
+
+def batch_of(*amounts: int) -> SettleBatch:
+    settlements = tuple(
+        Settlement(
+            "acme",
+            uuid.uuid4().hex,
+            ((COUNTER, amount, EXPIRES),),
+            (),
+            LedgerEntry(DAY, "k1", "m1", 10, 0, amount, amount),
+            keep_s=600,
+        )
+        for amount in amounts
+    )
+    return SettleBatch(uuid.uuid4().hex, settlements, keep_s=600)
+
+
+async def test_a_lease_holds_what_a_hard_limit_leaves_and_is_counted_as_used(store: StateStore) -> None:
+    assert (await store.reserve(reserve_request(budget(300, 1000)))).admitted
+    grant = await store.lease(sync("lease-a", 1, hold(900)))
+    assert grant.state == "held"
+    assert grant.holds == (700,)  # lowered to what the limit leaves
+    assert grant.used == (1000,)
+    assert await store.open_reservations("acme") == 2
+    # Nothing else fits while the lease holds the rest.
+    assert not (await store.reserve(reserve_request(budget(1, 1000)))).admitted
+    other = await store.lease(sync("lease-b", 1, hold(100)))
+    assert other.holds == (0,)
+    # A soft budget is held as asked.
+    soft = await store.lease(
+        sync("lease-c", 1, LeaseBudget("t:day:2026-11-22:tok", 5000, 0, 10, False, EXPIRES))
+    )
+    assert soft.holds == (5000,)
+
+
+async def test_a_batch_is_applied_once_however_often_it_is_sent(store: StateStore) -> None:
+    first = await store.lease(sync("lease-a", 1, hold(500)))
+    assert first.holds == (500,)
+    batch = batch_of(100, 50)
+    # The lease's hold shrinks by what was spent as the spend is added: used stays the same.
+    applied = await store.lease(sync("lease-a", 2, hold(350, floor=350), batch=batch))
+    assert applied.batch_applied
+    assert applied.used == (500,)
+    again = await store.lease(sync("lease-a", 3, hold(350, floor=350), batch=batch))
+    assert not again.batch_applied
+    assert again.used == (500,)
+    closed = await store.lease(sync("lease-a", 4, hold(0), close=True))
+    assert closed.state == "closed"
+    assert await store.counters("acme", (COUNTER,)) == (150,)
+    [row] = await store.spend(("acme",), DAY, DAY)
+    assert (row.requests, row.cost_micros, row.completion_tokens) == (2, 150, 150)
+    assert await store.open_reservations("acme") == 0
+
+
+async def test_a_stale_or_late_call_changes_no_hold(store: StateStore) -> None:
+    await store.lease(sync("lease-a", 2, hold(400)))
+    stale = await store.lease(sync("lease-a", 1, hold(900)))
+    assert stale.state == "stale"
+    assert stale.holds == (400,)
+    assert await store.counters("acme", (COUNTER,)) == (400,)
+    # Given back, then a late call of the same lease arrives: it takes nothing.
+    await store.lease(sync("lease-a", 3, hold(0), close=True))
+    late = await store.lease(sync("lease-a", 4, hold(900)))
+    assert late.state == "closed"
+    assert await store.counters("acme", (COUNTER,)) == (0,)
+    # A close that arrives before the lease was taken: the taking, arriving late, is refused.
+    assert (await store.lease(sync("lease-b", 2, hold(0), close=True))).state == "closed"
+    assert (await store.lease(sync("lease-b", 1, hold(300)))).state == "closed"
+    assert await store.counters("acme", (COUNTER,)) == (0,)
+
+
+async def test_a_lease_not_renewed_is_released_when_its_time_passes(store: StateStore) -> None:
+    await store.lease(sync("lease-a", 1, hold(600), lease_s=0.2))
+    assert await store.counters("acme", (COUNTER,)) == (600,)
+    await asyncio.sleep(0.3)
+    assert await store.counters("acme", (COUNTER,)) == (0,)
+    assert await store.open_reservations("acme") == 0
+    # Its worker, come back late, finds it gone; the batch it carries is still applied.
+    late = await store.lease(sync("lease-a", 2, hold(600, floor=600), batch=batch_of(70)))
+    assert late.state == "closed"
+    assert late.batch_applied
+    assert await store.counters("acme", (COUNTER,)) == (70,)
+
+
+async def test_rate_units_are_taken_ahead_and_given_back(store: StateStore) -> None:
+    rate = "t:rpm"
+    grant = await store.lease(sync("lease-a", 1, rates=(LeaseRate(rate, 10, 4, 0),)))
+    assert grant.taken == (4,)
+    assert grant.rates[0].remaining == 6
+    # More than the window has left: what fits.
+    grant = await store.lease(sync("lease-a", 2, rates=(LeaseRate(rate, 10, 20, 4),)))
+    assert grant.taken == (10,)
+    assert grant.rates[0].remaining == 0
+    refused = await store.reserve(
+        ReserveRequest("acme", uuid.uuid4().hex, (), (RateCharge(rate, 1, 10),), 60)
+    )
+    assert not refused.admitted
+    # Three used: the other seven are given back with the lease.
+    await store.lease(sync("lease-a", 3, rates=(LeaseRate(rate, 10, 3, 3),), close=True))
+    admitted = await store.reserve(
+        ReserveRequest("acme", uuid.uuid4().hex, (), (RateCharge(rate, 1, 10),), 60)
+    )
+    assert admitted.admitted
+    assert admitted.rates[0].remaining == 6
+
+
+async def test_a_batch_keeps_each_ledger_row_apart_by_workflow(store: StateStore) -> None:
+    settlements = tuple(
+        Settlement(
+            "acme",
+            uuid.uuid4().hex,
+            ((COUNTER, 10, EXPIRES),),
+            (),
+            LedgerEntry(DAY, "k1", "m1", 10, 0, 5, 10, workflow=workflow),
+            keep_s=600,
+        )
+        for workflow in ("search", "search", "default")
+    )
+    await store.lease(sync("lease-a", 1, hold(0), batch=SettleBatch(uuid.uuid4().hex, settlements, 600)))
+    rows = await store.spend(("acme",), DAY, DAY)
+    assert sorted((row.workflow, row.requests, row.cost_micros) for row in rows) == [
+        ("default", 1, 10),
+        ("search", 2, 20),
+    ]

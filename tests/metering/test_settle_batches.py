@@ -1,0 +1,164 @@
+"""Settle batches and a store that goes away: a batch the store did not answer is sent again
+until it is taken, and counted once, whether the first try reached the store late (a
+redis-server stopped with SIGSTOP, then resumed: the first try and the retry both arrive)
+or not at all (a redis-server killed, then restarted). The leases of a real `Leases` on a
+real Redis; the requests are the meter's and settle's calls, made directly."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from adapters.state.redis import RedisStore
+from gateway.metering.lease import LeaseDraw
+from gateway.metering.leases import Leases
+from gateway.metering.plan import Budget, MeterPlan, Periods
+from gateway.metering.records import BudgetCharge, LedgerEntry, ReserveRequest, Settlement
+from tests.metering.processes import RedisProcess
+from tests.processes import process_timeout
+
+pytestmark = [process_timeout, pytest.mark.usefixtures("one_budget_day")]
+
+LIMIT = 100_000_000
+AMOUNT = 1_000  # each request's upper bound
+SPENT = 700  # and what it spends
+PLAN = MeterPlan(budgets=(Budget("t", "day", "usd", LIMIT, True),))
+
+
+@pytest.fixture
+async def redis(tmp_path: Path) -> AsyncIterator[RedisProcess]:
+    process = RedisProcess(tmp_path)
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+def periods() -> Periods:
+    return Periods.of(datetime.now(UTC))
+
+
+def request(counter: str, expires_at: int) -> ReserveRequest:
+    charge = BudgetCharge(counter, AMOUNT, LIMIT, True, expires_at)
+    return ReserveRequest("acme", uuid.uuid4().hex, (charge,), (), 60)
+
+
+def settlement(draw_request: ReserveRequest, day: str) -> Settlement:
+    [charge] = draw_request.budgets
+    ledger = LedgerEntry(day, "k1", "m1", 10, 0, 5, SPENT)
+    return Settlement(
+        "acme", draw_request.reservation_id, ((charge.counter, SPENT, charge.expires_at),), (), ledger, 600
+    )
+
+
+async def busy_lease(leases: Leases, store: RedisStore, n: int) -> list[tuple[LeaseDraw, ReserveRequest]]:
+    """n requests admitted against a lease: the plan made busy, its limits learnt from one
+    exact reservation, as the meter does."""
+    at = periods()
+    counter, expires_at = PLAN.budgets[0].counter(at), PLAN.budgets[0].expires_at(at)
+    counters = ((counter, expires_at),)
+    first = request(counter, expires_at)
+    assert (
+        await leases.draw(PLAN, at, counters, first, deadline=asyncio.get_running_loop().time() + 3) is None
+    )
+    outcome = await store.reserve(first)
+    leases.observe(PLAN, at, first, outcome)
+    await store.settle(settlement(first, at.day))
+    drawn = []
+    while len(drawn) < n:
+        made = request(counter, expires_at)
+        got = await leases.draw(PLAN, at, counters, made, deadline=asyncio.get_running_loop().time() + 3)
+        if got is not None:
+            drawn.append((got[0], made))
+    return drawn
+
+
+async def spent_and_requests(store: RedisStore) -> tuple[int, int]:
+    at = periods()
+    [used] = await store.counters("acme", (PLAN.budgets[0].counter(at),))
+    rows = await store.spend(("acme",), at.day, at.day)
+    return used, sum(row.requests for row in rows)
+
+
+async def settle_all(leases: Leases, drawn: list[tuple[LeaseDraw, ReserveRequest]]) -> None:
+    day = periods().day
+    for draw, made in drawn:
+        leases.settled(draw, settlement(made, day), tokens=15)
+
+
+async def wait_for(predicate_store: RedisStore, expected: tuple[int, int], seconds: float = 30) -> None:
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + seconds
+    while await spent_and_requests(predicate_store) != expected:
+        assert loop.time() < give_up, await spent_and_requests(predicate_store)
+        await asyncio.sleep(0.05)
+
+
+async def test_a_batch_that_reached_a_hung_store_late_is_counted_once(redis: RedisProcess) -> None:
+    prefix = f"tgbatch-{uuid.uuid4().hex[:8]}"
+    store = RedisStore(redis.url, prefix, timeout_s=0.3)
+    observer = RedisStore(redis.url, prefix, timeout_s=10)
+    leases = Leases(store, lease_grace_s=1, keep_s=600)
+    try:
+        drawn = await busy_lease(leases, store, 40)
+        os.kill(redis.popen.pid, signal.SIGSTOP)
+        try:
+            await settle_all(leases, drawn)  # their batch goes out, and times out
+            for _ in range(200):
+                await asyncio.sleep(0.05)
+                if leases.waiting_batches():
+                    break
+            assert leases.waiting_batches() == 1
+        finally:
+            os.kill(redis.popen.pid, signal.SIGCONT)
+        # The late first try and the retry both reach Redis: one counts.
+        expected = (SPENT * 41, 41)  # the exact first request, and the 40 of the batch
+        await wait_for(observer, expected)
+        await leases.aclose()
+        assert await spent_and_requests(observer) == expected
+        assert await observer.open_reservations("acme") == 0
+    finally:
+        await leases.aclose()
+        await store.aclose()
+        await observer.aclose()
+
+
+async def test_a_batch_lost_with_a_dead_store_is_sent_again_once_it_is_back(redis: RedisProcess) -> None:
+    prefix = f"tgbatch-{uuid.uuid4().hex[:8]}"
+    store = RedisStore(redis.url, prefix, timeout_s=0.3)
+    leases = Leases(store, lease_grace_s=1, keep_s=600)
+    try:
+        drawn = await busy_lease(leases, store, 30)
+        redis.kill()
+        await settle_all(leases, drawn)
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if leases.waiting_batches():
+                break
+        assert leases.waiting_batches() == 1
+        # While the store is away the lease admits nothing more: requests go the exact way,
+        # which fails closed.
+        at = periods()
+        counters = ((PLAN.budgets[0].counter(at), PLAN.budgets[0].expires_at(at)),)
+        more = request(*counters[0])
+        assert await leases.draw(PLAN, at, counters, more, asyncio.get_running_loop().time() + 3) is None
+        redis = redis.restart()  # appendfsync always: what it took before is still there
+        observer = RedisStore(redis.url, prefix, timeout_s=10)
+        try:
+            await wait_for(observer, (SPENT * 31, 31))
+            await leases.aclose()
+            assert await spent_and_requests(observer) == (SPENT * 31, 31)
+            assert await observer.open_reservations("acme") == 0
+        finally:
+            await observer.aclose()
+    finally:
+        await leases.aclose()
+        await store.aclose()
+        redis.kill()
