@@ -35,6 +35,7 @@ class AccessLog:
                 "tenant": principal.tenant.name if principal else None,
                 "key_id": principal.key_id if principal else None,
                 "endpoint": exchange.endpoint.value,
+                "api": exchange.api,
                 "model": exchange.model_alias or None,
                 "routed_alias": exchange.routed_alias,  # the alias a policy moved the request to
                 "workflow": exchange.workflow,

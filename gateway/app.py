@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from adapters.audit import build_audit_writer
 from adapters.policy import open_policy_engine
+from adapters.responses import build_response_store
 from adapters.state import build_key_store, build_state_store, warn_if_not_durable
 from adapters.state.jobs import build_job_store
 from adapters.upstream import build_upstream
@@ -30,6 +31,11 @@ from gateway.config import (
     metrics_dir_from_env,
 )
 from gateway.config_reload import ConfigReloader
+from gateway.doors.messages import MessagesDoor
+from gateway.doors.registry import Doors, build_doors
+from gateway.doors.response_store import ResponseRecords
+from gateway.doors.responses import ResponsesDoor
+from gateway.doors.routes import DoorRoutes
 from gateway.exchange import Principal, Tenant
 from gateway.forward import Forwarder
 from gateway.guards import ResponseGuard, UsageGuard
@@ -148,6 +154,49 @@ def decide_from(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class DoorParts:
+    """The client APIs (gateway/doors), their routes beside the model calls, and the closing
+    of the responses store."""
+
+    doors: Doors
+    routes: DoorRoutes
+    aclose: Callable[[], Awaitable[None]]
+
+
+def door_parts_from(
+    config: GatewayConfig,
+    authenticate: Callable[[str | None], Principal],
+    models_for: Callable[[Principal], list[str]],
+) -> DoorParts:
+    store = build_response_store(config.responses)
+    records = (
+        ResponseRecords(store, config.responses.retention_s, scrubber_for(config).record)
+        if store is not None
+        else None
+    )
+    doors = build_doors(records)
+    routes = DoorRoutes(
+        authenticate,
+        models_for,
+        doors.find(ResponsesDoor),
+        doors.find(MessagesDoor),
+    )
+    return DoorParts(doors, routes, records.aclose if records is not None else _nothing)
+
+
+async def _nothing() -> None:
+    return None
+
+
+def _in_turn(*steps: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    async def run() -> None:
+        for step in steps:
+            await step()
+
+    return run
+
+
 def sessions_from(
     config: GatewayConfig, metering: MeteringParts | None, upstream_ids: Callable[[str], str]
 ) -> SessionParts | None:
@@ -249,6 +298,12 @@ def build_services(  # noqa: PLR0915
             redaction=redaction,
             sessions=sessions,
             throttled_for=jobs.throttled_for,
+            # keys and aliases are read through the services, where a config edit swaps them
+            doors=door_parts_from(
+                config,
+                lambda header: services.authenticate(header),  # noqa: PLW0108
+                lambda principal: services.models_for(principal),  # noqa: PLW0108
+            ),
         )
         trace_summaries(sessions, telemetry.tracer)
         assembled = assemble(config, lasting)
@@ -287,12 +342,14 @@ def build_services(  # noqa: PLR0915
             upstream_health=lambda: upstream_readiness(routes),
             max_body_bytes=config.server.max_body_bytes,
             request_timeout_s=config.server.request_timeout_s,
-            close=jobs.closing(close),
+            close=jobs.closing(_in_turn(close, lasting.doors.aclose)),  # the responses store last
             admin_spend=assembled.admin_spend,
             tracer=telemetry.tracer,
             metrics=telemetry.metrics.page if config.telemetry.metrics.prometheus else None,
             upstream_ids=upstream_ids,
             policy_readiness=(engine.name, engine.readiness) if engine is not None else None,
+            doors=lasting.doors.doors,
+            door_routes=lasting.doors.routes,
             admin_keys=assembled.admin_keys,
             # Jobs take the pipeline and the keys in force when they run: a config edit swaps them.
             jobs=jobs.assemble(
@@ -328,6 +385,7 @@ class Lasting:
     redaction_guard: RedactionGuard
     redaction_counters: RedactionCounters
     redaction: RedactionSettings | None  # settings injected by a test, kept over edits
+    doors: DoorParts  # the client APIs and the responses store (`responses` changes with a restart)
     sessions: SessionParts | None = None  # session records' store and cache, the summarizer
     throttled_for: Callable[[], float] | None = None  # the policy input's `capacity` (jobs' pull gate)
 

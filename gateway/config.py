@@ -294,6 +294,23 @@ class MeteringConfig(_Strict):
     image_tokens_by_model: dict[str, ImageTokensConfig] = {}  # upstream model id -> its rule
 
 
+class ResponsesConfig(_Strict):
+    """Where `/v1/responses` keeps the responses clients ask it to store (`previous_response_id`)."""
+
+    store: Literal["sqlite", "redis", "off"] = "sqlite"  # off: nothing is stored, `store` answers false
+    sqlite_path: str = "tollgate-responses.db"  # opened at the first stored response, not before
+    redis_url: str | None = None
+    key_prefix: str = Field("tollgate", pattern=r"^[A-Za-z0-9_.:-]+$")
+    timeout_s: float = Field(1.0, gt=0)  # redis: connect and command timeout
+    retention_s: int = Field(30 * 86400, ge=60)  # a stored response is deleted this long after it was stored
+
+    @model_validator(mode="after")
+    def _store_target(self) -> ResponsesConfig:
+        if self.store == "redis" and not self.redis_url:
+            raise ValueError("responses.redis_url is required when responses.store is redis")
+        return self
+
+
 class AdminConfig(_Strict):
     """Operator credentials for /admin/* (hashes only, as for keys: `tollgate keys create`)."""
 
@@ -465,6 +482,7 @@ class GatewayConfig(_Strict):
     metering: MeteringConfig = MeteringConfig()
     prices: dict[str, PriceConfig] = {}  # upstream model id -> price; adds to and overrides the defaults
     admin: AdminConfig | None = None  # no /admin/* endpoints without it
+    responses: ResponsesConfig = ResponsesConfig()  # stored responses of /v1/responses
     telemetry: TelemetryConfig = TelemetryConfig()  # traces off, metrics on /metrics, unless set
     sessions: SessionsConfig = SessionsConfig()
     # Upstream model id -> context window in tokens; adds to and overrides the built-in ones.

@@ -62,6 +62,7 @@ RESTART_ONLY = (
     "metering",
     "jobs",
     "sessions",  # the records' store, cache and summarizer last as long as the process
+    "responses",  # the responses store (gateway/doors) is opened once
 )
 
 Fingerprint = tuple[tuple[str, int, int, int] | None, ...]

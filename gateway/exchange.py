@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.tracing import NO_TRACE, RequestTrace
 
 if TYPE_CHECKING:
+    from gateway.doors.base import Door
     from gateway.keystore.records import KeyLimits
     from gateway.metering.idempotency import IdempotencyHold
     from gateway.metering.ticket import MeterTicket
@@ -163,6 +164,13 @@ class Exchange:
     trace: RequestTrace = NO_TRACE  # set by the HTTP edge: spans, and the traceparent sent upstream
     upstream_request_id: str = ""  # set by the HTTP edge: the UUID upstreams get (request_ids.py)
     job_id: str | None = None  # an async job's id (gateway/jobs/): its submission, or one of its attempts
+    door: Door | None = None  # set by the HTTP edge: the client API the request came through (doors/)
+    door_state: Any = None  # what the door keeps between translating the request and the answer
+
+    @property
+    def api(self) -> str:
+        """The client API the request came through: "chat.completions", "responses", "messages", ..."""
+        return self.door.api if self.door is not None else self.endpoint.value
 
     @property
     def tenant(self) -> Tenant | None:

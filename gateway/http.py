@@ -21,6 +21,9 @@ from typing import Any
 
 import orjson
 
+from gateway.doors.base import Door
+from gateway.doors.registry import Doors, openai_doors
+from gateway.doors.routes import DoorRoutes
 from gateway.errors import (
     GatewayError,
     InternalError,
@@ -58,7 +61,6 @@ _SSE_HEADERS = [
 # zlib window bits: gzip framing, and zlib framing (what HTTP calls deflate)
 _INFLATE_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 _READINESS_TIMEOUT_S = 2.0
-_MODEL_PATHS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/embeddings": Endpoint.EMBEDDINGS}
 
 
 class ClientGone(Exception):
@@ -85,6 +87,9 @@ class Services:
     upstream_ids: Callable[[str], str] = field(default_factory=UpstreamIds)
     # GET /readyz: whether the policy engine can answer (name, readiness); None: no policy
     policy_readiness: tuple[str, Callable[[], Awaitable[EngineReadiness]]] | None = None
+    # the client APIs served (doors/registry.py), and their routes beside the model calls
+    doors: Doors = field(default_factory=lambda: Doors(openai_doors()))
+    door_routes: DoorRoutes | None = None
     # Async jobs, batches and files (gateway/jobs/api.py); None: not configured
     jobs: JobsApi | None = None
     # Called once started, with the edge itself: its synchronous calls gate the job puller
@@ -148,15 +153,19 @@ class GatewayASGI:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = _headers(scope)
         request_id = request_id_from(headers.get("x-request-id"))
+        path: str = scope["path"]
+        services = self._services
         try:
             await self._dispatch(scope, headers, request_id, receive, send)
         except GatewayError as exc:
-            await _send_error(send, exc, request_id)
+            await _send_error(send, exc, request_id, _error_door(services, path, headers))
         except ClientGone:
             return
         except Exception:
             logger.exception("unhandled error", extra={"request_id": request_id})
-            await _send_error(send, InternalError(request_id), request_id)
+            await _send_error(
+                send, InternalError(request_id), request_id, _error_door(services, path, headers)
+            )
 
     async def _dispatch(
         self, scope: Scope, headers: dict[str, str], request_id: str, receive: Receive, send: Send
@@ -167,20 +176,21 @@ class GatewayASGI:
         services = self._services
         if services is None:
             raise GatewayError("The gateway is starting.", code="starting")
-        endpoint = _MODEL_PATHS.get(path)
-        if endpoint is not None:
+        door = services.doors.by_path.get(path)
+        if door is not None:
             if method != "POST":
                 raise MethodNotAllowed(f"Use POST for {path}.")
             if self._draining:
                 raise _shutting_down()
-            # `Prefer: respond-async` with jobs on: queued now, answered later (gateway/jobs/)
-            jobs = services.jobs if services.jobs is not None and prefers_async(headers) else None
+            # `Prefer: respond-async` with jobs on: queued now, answered later (gateway/jobs/);
+            # on the doors whose body is the internal request (the OpenAI ones)
+            jobs = services.jobs if door.api == door.endpoint.value and prefers_async(headers) else None
             await (
-                _submit_async(jobs, services, endpoint, headers, request_id, receive, send)
+                _submit_async(jobs, services, door.endpoint, headers, request_id, receive, send)
                 if jobs is not None
-                else self._counted(self._model_call(services, endpoint, headers, request_id, receive, send))
+                else self._counted(self._model_call(services, door, headers, request_id, receive, send))
             )
-        elif path == "/v1/models":
+        elif path == "/v1/models" and services.door_routes is None:
             _require(method, "GET", path)
             principal = services.authenticate(headers.get("authorization"))
             await _send_json(send, 200, _models_body(services.models_for(principal)), request_id)
@@ -217,8 +227,8 @@ class GatewayASGI:
             await _send_json(send, 200, await _sessions(services, path, headers, scope), request_id)
         elif path == ADMIN_KEYS or path.startswith(ADMIN_KEYS + "/"):
             await _admin_keys(services, scope, headers, request_id, receive, send)
-        else:
-            raise NotFound(f"Unknown path {path}.", code="unknown_url")
+        else:  # a door's other routes (stored responses, count_tokens, a model), or nothing
+            await _door_route(services, scope, headers, request_id, receive, send)
 
     async def _counted(self, call: Awaitable[None]) -> None:
         self._in_flight += 1
@@ -246,7 +256,7 @@ class GatewayASGI:
     async def _model_call(
         self,
         services: Services,
-        endpoint: Endpoint,
+        door: Door,
         headers: dict[str, str],
         request_id: str,
         receive: Receive,
@@ -255,12 +265,13 @@ class GatewayASGI:
         now = time.monotonic()
         exchange = Exchange(
             request_id=request_id,
-            endpoint=endpoint,
+            endpoint=door.endpoint,
             received_at=now,
             deadline=now + services.request_timeout_s,
             headers=headers,
             raw_body=b"",
             upstream_request_id=services.upstream_ids(request_id),
+            door=door,
         )
         pipeline = services.pipeline
         exchange.trace = trace = services.tracer.begin(exchange)
@@ -276,12 +287,12 @@ class GatewayASGI:
                 exchange.status = 200
                 await _send_json(send, 200, exchange.replay_body, request_id, exchange.response_headers)
             elif exchange.stream:
-                await self._stream(pipeline, exchange, receive, send)
+                await self._stream(pipeline, exchange, door, receive, send)
             else:
                 body = await pipeline.respond(exchange)
                 exchange.status = 200
                 exchange.first_byte_at = time.monotonic()
-                exchange.response_body = orjson.dumps(body)
+                exchange.response_body = await door.response(exchange, body)
                 await _send_json(send, 200, exchange.response_body, request_id, exchange.response_headers)
         except GatewayError as exc:
             exchange.status = exc.status
@@ -301,16 +312,20 @@ class GatewayASGI:
             trace.end(exchange)
             CORRELATION.reset(correlation)
 
-    async def _stream(self, pipeline: Pipeline, exchange: Exchange, receive: Receive, send: Send) -> None:
+    async def _stream(
+        self, pipeline: Pipeline, exchange: Exchange, door: Door, receive: Receive, send: Send
+    ) -> None:
         opened = await pipeline.open_stream(exchange)
         exchange.status = 200
         headers = [*_SSE_HEADERS, (b"x-request-id", exchange.request_id.encode())]
         headers.extend((k.encode(), v.encode()) for k, v in exchange.response_headers.items())
 
+        encoder = door.stream(exchange)
+
         async def relay() -> None:
             started = False
             try:
-                async for event in pipeline.relay(exchange, opened):
+                async for event in pipeline.relay(exchange, opened, encoder):
                     if not started:
                         await send({"type": "http.response.start", "status": 200, "headers": headers})
                         exchange.first_byte_at = time.monotonic()
@@ -322,7 +337,7 @@ class GatewayASGI:
                 # Headers are out: the only honest signal left is an error event and the end.
                 logger.exception("stream failed", extra={"request_id": exchange.request_id})
                 exchange.status, exchange.error_code = 500, "internal_error"
-                error = b"data: " + InternalError(exchange.request_id).body_bytes() + b"\n\n"
+                error = encoder.error(InternalError(exchange.request_id))
                 await send({"type": "http.response.body", "body": error, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -354,6 +369,25 @@ async def _sessions(services: Services, path: str, headers: dict[str, str], scop
             headers.get("authorization"), scope.get("query_string", b"").decode("latin-1")
         )
     return await views.one(headers.get("authorization"), path.removeprefix("/v1/sessions/"))
+
+
+def _error_door(services: Services | None, path: str, headers: dict[str, str]) -> Door | None:
+    """The door whose envelope an error on `path` takes (None: OpenAI's)."""
+    return services.doors.for_errors(path, headers) if services is not None else None
+
+
+async def _door_route(
+    services: Services, scope: Scope, headers: dict[str, str], request_id: str, receive: Receive, send: Send
+) -> None:
+    """A door's route beside its model calls (stored responses, count_tokens, a model)."""
+    path: str = scope["path"]
+    if services.door_routes is None or not services.door_routes.serves(path):
+        raise NotFound(f"Unknown path {path}.", code="unknown_url")
+    limit = services.max_body_bytes
+    body = await services.door_routes.handle(
+        scope["method"], scope["path"], headers, lambda: _read_body(receive, headers, limit)
+    )
+    await _send_json(send, 200, body, request_id)
 
 
 async def _admin_keys(
@@ -555,5 +589,6 @@ async def _send_answer(send: Send, answer: ApiAnswer, request_id: str) -> None:
     await send({"type": "http.response.body", "body": answer.body})
 
 
-async def _send_error(send: Send, exc: GatewayError, request_id: str) -> None:
-    await _send_json(send, exc.status, exc.body_bytes(), request_id, exc.headers)
+async def _send_error(send: Send, exc: GatewayError, request_id: str, door: Door | None = None) -> None:
+    status, body = door.error(exc) if door is not None else (exc.status, exc.body_bytes())
+    await _send_json(send, status, body, request_id, exc.headers)

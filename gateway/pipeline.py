@@ -14,17 +14,19 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from gateway.doors.openai import OPENAI_STREAM
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
 from gateway.exchange import Exchange
 from gateway.forward import Forwarder, OpenStream
 from gateway.guards import ErrorGuard, ResponseGuard
 from gateway.ports import Chunk
 
-logger = logging.getLogger("tollgate.pipeline")
+if TYPE_CHECKING:
+    from gateway.doors.base import StreamEncoder
 
-DONE_EVENT = b"data: [DONE]\n\n"
+logger = logging.getLogger("tollgate.pipeline")
 
 
 class Stage(Protocol):
@@ -89,8 +91,11 @@ class Pipeline:
         for guard in self.error_guards:
             guard.on_error(exchange, error)
 
-    async def relay(self, exchange: Exchange, opened: OpenStream) -> AsyncIterator[bytes]:
-        """Server-sent events for the client, chunk by chunk, through the guards.
+    async def relay(
+        self, exchange: Exchange, opened: OpenStream, encoder: StreamEncoder = OPENAI_STREAM
+    ) -> AsyncIterator[bytes]:
+        """Server-sent events for the client, chunk by chunk, through the guards, then
+        through the door's encoder (OpenAI's chunks as they are, by default).
 
         A failure mid-stream (the upstream's, or a guard's) becomes an error event and the stream ends without
         [DONE], which OpenAI clients report as an error. The upstream stream is closed in
@@ -100,13 +105,15 @@ class Pipeline:
             chunk = opened.first
             while chunk is not None:
                 for out in self._guard_chunk(exchange, chunk, 0):
-                    yield _event(out)
+                    if event := encoder.chunk(out):
+                        yield event
                 chunk = await _next_before(opened.chunks, exchange.deadline)
             for index, guard in enumerate(self.guards):
                 for held in guard.on_end(exchange):
                     for out in self._guard_chunk(exchange, held, index + 1):
-                        yield _event(out)
-            yield DONE_EVENT
+                        if event := encoder.chunk(out):
+                            yield event
+            yield await encoder.done()
         except GatewayError as exc:  # upstream failures, and a guard's own refusal or failure
             if isinstance(exc, UpstreamError):
                 try:
@@ -115,7 +122,7 @@ class Pipeline:
                     exc = refused
             exchange.status = exc.status
             exchange.error_code = exc.code
-            yield b"data: " + exc.body_bytes() + b"\n\n"
+            yield encoder.error(exc)
         finally:
             await opened.stream.aclose()
 
@@ -151,7 +158,3 @@ async def _next_before(chunks: AsyncIterator[Chunk], deadline: float) -> Chunk |
             return await anext(chunks, None)
     except TimeoutError:
         raise UpstreamTimeout("The request deadline passed before the stream completed.") from None
-
-
-def _event(chunk: Chunk) -> bytes:
-    return b"data: " + chunk.encoded() + b"\n\n"

@@ -75,7 +75,7 @@ REQUEST_DURATION = MetricSpec(
     Kind.HISTOGRAM,
     "s",
     "Model requests through the gateway, from receipt to the last byte; error.type is empty on success.",
-    (n.WORKFLOW, n.MODEL_ALIAS, n.GEN_AI_OPERATION_NAME, n.ERROR_TYPE),
+    (n.WORKFLOW, n.MODEL_ALIAS, n.GEN_AI_OPERATION_NAME, n.ERROR_TYPE, n.API),
     REQUEST_BUCKETS,
 )
 TIME_TO_FIRST_TOKEN = MetricSpec(

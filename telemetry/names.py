@@ -54,6 +54,7 @@ TENANT = "tollgate.tenant"
 KEY_ID = "tollgate.key_id"  # a fingerprint of the key's hash, never the key
 MODEL_ALIAS = "tollgate.model"
 WORKFLOW = "tollgate.workflow"
+API = "tollgate.api"  # the client API a request came through: chat.completions, responses, messages, ...
 PROMPT_FAMILY = "tollgate.prompt_family"
 UPSTREAM = "tollgate.upstream"
 REPLICA = "tollgate.replica"

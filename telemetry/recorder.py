@@ -68,7 +68,7 @@ class MetricsRecorder:
         exemplar = trace.trace_id if trace.sampled else None
         completed = exchange.completed_at if exchange.completed_at is not None else exchange.received_at
         m.request_duration.observe(
-            (workflow, alias, operation, exchange.error_code or ""),
+            (workflow, alias, operation, exchange.error_code or "", exchange.api),
             completed - exchange.received_at,
             exemplar,
         )

@@ -45,7 +45,12 @@ from telemetry.span_queue import FinishedSpans, SpanQueue
 
 logger = logging.getLogger("tollgate.telemetry")
 
-_ROUTES = {"chat.completions": "/v1/chat/completions", "embeddings": "/v1/embeddings"}
+_ROUTES = {
+    "chat.completions": "/v1/chat/completions",
+    "embeddings": "/v1/embeddings",
+    "responses": "/v1/responses",
+    "messages": "/v1/messages",
+}
 
 
 class SpanRecorder:
@@ -278,7 +283,7 @@ class SampledTrace:
                     error,
                 )
             )
-        route = _ROUTES.get(exchange.endpoint.value, "")
+        route = _ROUTES.get(exchange.api, "")
         server = server_end_attributes(exchange, route, usage)
         first_byte = exchange.first_byte_at
         spans.append(
@@ -303,6 +308,7 @@ class Ended:
     later, in another thread, without keeping the request's bodies alive."""
 
     __slots__ = (
+        "api",
         "attempts",
         "completed_at",
         "decision",
@@ -334,6 +340,7 @@ class Ended:
     ) -> None:
         self.request_id = scrub_unique(exchange.request_id)  # a client's X-Request-ID, maybe
         self.endpoint = exchange.endpoint
+        self.api = exchange.api
         self.stream = exchange.stream
         self.status = exchange.status
         self.error_code = exchange.error_code

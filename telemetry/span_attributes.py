@@ -175,6 +175,7 @@ def server_end_attributes(exchange: Ended, route: str, usage: bytes) -> bytes:
             n.HTTP_RESPONSE_STATUS_CODE: status,
             n.GEN_AI_OPERATION_NAME: operation,
             n.WORKFLOW: workflow,
+            n.API: exchange.api,  # one per route, which the key holds
         }
         if tenant is not None:
             attributes[n.TENANT] = tenant

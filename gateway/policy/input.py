@@ -66,6 +66,7 @@ def build_input(
         "tenant": principal.tenant.name,
         "key": {"id": principal.key_id, "label": principal.key_label},
         "endpoint": exchange.endpoint.value,
+        "api": exchange.api,  # the client API the request came through (gateway/doors)
         "model": exchange.model_alias,
         "upstreams": list(dict.fromkeys(upstreams)),
         "tools": _tool_names(body.get("tools")) if chat else [],

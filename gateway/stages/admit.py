@@ -19,9 +19,15 @@ class Admit:
         self._keyring = keyring
 
     async def __call__(self, exchange: Exchange) -> None:
-        principal = self.authenticate(exchange.headers.get("authorization"))
+        door = exchange.door
+        headers = exchange.headers
+        principal = self.authenticate(
+            headers.get("authorization") if door is None else door.credential(headers)
+        )
         exchange.principal = principal
         body = parse_json_object(exchange.raw_body)
+        if door is not None:
+            body = await door.request(body, exchange)  # the door's API in, the internal request out
         validate(exchange.endpoint, body)
         exchange.body = body
         exchange.model_alias = body["model"]

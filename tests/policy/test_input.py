@@ -71,6 +71,7 @@ def test_a_chat_request_becomes_its_facts() -> None:
         "tenant": "demo",
         "key": {"id": "k-0123456789ab", "label": "ci"},
         "endpoint": "chat.completions",
+        "api": "chat.completions",
         "model": "kimi-k2.6",
         "upstreams": ["local", "workers-ai"],
         "tools": ["fetch_url", "search"],

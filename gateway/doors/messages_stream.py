@@ -1,0 +1,160 @@
+"""Guarded chat chunks as Anthropic's stream events.
+
+    message_start (+ ping)                          at the first chunk
+    content_block_start / _delta / _stop            one block per run of thinking, text or a tool
+                                                    call (its arguments as input_json_delta)
+    message_delta (stop_reason, usage) + message_stop   when the stream has ended
+    error                                           a failure after the stream started
+
+A block is closed when the next one begins or the choice finishes. Only the first choice is
+translated (the door never asks for more).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import orjson
+
+from gateway.doors.chunks import continued
+from gateway.doors.messages import MessagesState, error_body, error_kind, stop_reason, usage
+from gateway.doors.sse import named_event
+from gateway.errors import GatewayError
+from gateway.exchange import Exchange
+from gateway.ports import Chunk
+
+_PING = named_event("ping", {"type": "ping"})
+_CONTINUED = {"text": "content", "tool_use": "arguments"}  # what a fast chunk may add to the open block
+_DELTAS = {  # a block's delta type and its text's field
+    "text": (b"text_delta", b"text"),
+    "thinking": (b"thinking_delta", b"thinking"),
+    "tool_use": (b"input_json_delta", b"partial_json"),
+}
+
+
+class MessagesStream:
+    __slots__ = ("_block", "_delta_head", "_exchange", "_finish", "_next", "_started", "_state", "_tool")
+
+    def __init__(self, exchange: Exchange) -> None:
+        self._exchange = exchange
+        self._state: MessagesState = exchange.door_state
+        self._started = False
+        self._block: str | None = None  # "text", "thinking" or "tool_use": the open block
+        self._tool = -1  # the chat index of the open tool call
+        self._next = 0  # the next block's index
+        self._finish: dict[str, Any] = {}
+        self._delta_head = b""  # the open block's delta event, up to its text
+
+    def chunk(self, chunk: Chunk) -> bytes:
+        choices = chunk.data.get("choices")
+        if self._block is not None and choices:
+            more = continued(choices, _CONTINUED.get(self._block), self._tool)
+            if more is not None:  # the common case: more text, or more arguments, for the open block
+                return self._delta_head + orjson.dumps(more) + b"}}\n\n"
+        out: list[bytes] = []
+        if not self._started:
+            out.append(self._start())
+        for choice in choices or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                self._delta(delta, out)
+            if isinstance(choice.get("finish_reason"), str):
+                self._close(out)
+                self._finish = choice
+        return b"".join(out)
+
+    async def done(self) -> bytes:
+        out: list[bytes] = [] if self._started else [self._start()]
+        self._close(out)
+        reason, sequence = stop_reason(self._finish, self._state)
+        out.append(
+            named_event(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                    "usage": usage(self._exchange.usage),
+                },
+            )
+        )
+        out.append(named_event("message_stop", {"type": "message_stop"}))
+        return b"".join(out)
+
+    def error(self, error: GatewayError) -> bytes:
+        _, kind = error_kind(error)
+        return named_event("error", error_body(kind, error.message))
+
+    def _start(self) -> bytes:
+        self._started = True
+        exchange = self._exchange
+        message: dict[str, Any] = {
+            "id": self._state.message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": exchange.model_alias,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return named_event("message_start", {"type": "message_start", "message": message}) + _PING
+
+    def _delta(self, delta: dict[str, Any], out: list[bytes]) -> None:
+        if self._state.thinking:
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""}, out)
+                out.append(self._delta_head + orjson.dumps(reasoning) + b"}}\n\n")
+        for field in ("content", "refusal"):
+            text = delta.get(field)
+            if isinstance(text, str) and text:
+                self._open("text", {"type": "text", "text": ""}, out)
+                out.append(self._delta_head + orjson.dumps(text) + b"}}\n\n")
+        for call in delta.get("tool_calls") or ():
+            if isinstance(call, dict):
+                self._call(call, out)
+
+    def _call(self, call: dict[str, Any], out: list[bytes]) -> None:
+        index = call.get("index", 0)
+        function = call.get("function")
+        function = function if isinstance(function, dict) else {}
+        if self._block != "tool_use" or index != self._tool:
+            self._close(out)
+            self._tool = index
+            block: dict[str, Any] = {
+                "type": "tool_use",
+                "id": call.get("id") or f"toolu_{secrets.token_hex(12)}",
+                "name": function.get("name") or "",
+                "input": {},
+            }
+            self._open("tool_use", block, out)
+        arguments = function.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            out.append(self._delta_head + orjson.dumps(arguments) + b"}}\n\n")
+
+    def _open(self, kind: str, block: dict[str, Any], out: list[bytes]) -> None:
+        if self._block == kind and kind != "tool_use":
+            return
+        if self._block is not None and kind != "tool_use":
+            self._close(out)
+        self._block = kind
+        delta_type, field = _DELTAS[kind]
+        self._delta_head = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,' % (
+            self._next
+        ) + b'"delta":{"type":"%s","%s":' % (delta_type, field)
+        out.append(
+            named_event(
+                "content_block_start",
+                {"type": "content_block_start", "index": self._next, "content_block": block},
+            )
+        )
+
+    def _close(self, out: list[bytes]) -> None:
+        if self._block is None:
+            return
+        out.append(named_event("content_block_stop", {"type": "content_block_stop", "index": self._next}))
+        self._block = None
+        self._next += 1

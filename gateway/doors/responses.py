@@ -1,0 +1,237 @@
+"""The Responses door (`POST /v1/responses`), for the `openai` SDK's `responses` and the
+Agents SDK's default model.
+
+The request becomes a chat body (`responses_request.py`), after the stored conversation of
+`previous_response_id` when there is one; the guarded chat answer becomes a Response (here)
+or the Responses stream events (`responses_stream.py`); errors are OpenAI's. Unless the
+client sends `store: false`, the finished response is stored (`response_store.py`) before the
+client gets it, for `previous_response_id`, `GET /v1/responses/{id}` and delete.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.doors.base import StreamEncoder
+from gateway.doors.fields import text
+from gateway.doors.openai import openai_error
+from gateway.doors.response_store import ResponseRecords, StoredResponse
+from gateway.doors.responses_request import chat_body, input_messages
+from gateway.errors import GatewayError, NotFound
+from gateway.exchange import Endpoint, Exchange, Usage
+
+logger = logging.getLogger("tollgate.doors")
+
+PATH = "/v1/responses"
+# Finish reasons that leave a response incomplete, and the reason Responses gives
+INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+_ECHOED: dict[str, Any] = {  # request fields a Response repeats, with their defaults
+    "instructions": None,
+    "metadata": None,
+    "max_output_tokens": None,
+    "previous_response_id": None,
+    "reasoning": None,
+    "temperature": None,
+    "top_p": None,
+    "user": None,
+    "tools": [],
+    "tool_choice": "auto",
+    "parallel_tool_calls": True,
+    "text": {"format": {"type": "text"}},
+    "truncation": "disabled",
+}
+
+
+@dataclass(slots=True)
+class ResponsesState:
+    response_id: str
+    created_at: int
+    echo: dict[str, Any]
+    store: bool
+    history: list[dict[str, Any]]  # the stored conversation this one continues
+    turn: list[dict[str, Any]]  # this turn's input, as chat messages
+    records: ResponseRecords | None  # where it is stored, when `store`
+
+
+def not_found(response_id: str, param: str | None = None) -> NotFound:
+    return NotFound(
+        f"No response found with id '{response_id[:64]}'.", param=param, code="response_not_found"
+    )
+
+
+class ResponsesDoor:
+    api = "responses"
+    path = PATH
+    endpoint = Endpoint.CHAT
+
+    def __init__(self, records: ResponseRecords | None) -> None:
+        self.records = records  # None: nothing is stored (`store` is answered false)
+
+    def credential(self, headers: Mapping[str, str]) -> str | None:
+        return headers.get("authorization")
+
+    async def request(self, body: dict[str, Any], exchange: Exchange) -> dict[str, Any]:
+        history: list[dict[str, Any]] = []
+        previous = body.get("previous_response_id")
+        if previous is not None:
+            text(previous, "previous_response_id")
+            stored = None
+            if self.records is not None and exchange.principal is not None:
+                stored = await self.records.load(exchange.principal, previous)
+            if stored is None:
+                raise not_found(previous, "previous_response_id")
+            history = stored.messages
+        turn = input_messages(body)
+        chat = chat_body(body, history, turn)
+        store = body.get("store") is not False and self.records is not None
+        echo = {name: body.get(name, default) for name, default in _ECHOED.items()}
+        echo["store"] = store
+        exchange.door_state = ResponsesState(
+            response_id=f"resp_{secrets.token_hex(24)}",
+            created_at=int(time.time()),
+            echo=echo,
+            store=store,
+            history=history,
+            turn=turn,
+            records=self.records,
+        )
+        return chat
+
+    async def response(self, exchange: Exchange, body: dict[str, Any]) -> bytes:
+        choices = body.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+        said = choice.get("message")
+        said = said if isinstance(said, dict) else {}
+        output: list[dict[str, Any]] = []
+        reasoning = said.get("reasoning_content") or said.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            output.append(reasoning_item(f"rs_{secrets.token_hex(12)}", reasoning))
+        content = said.get("content")
+        if isinstance(content, str) and content:
+            output.append(message_item(f"msg_{secrets.token_hex(12)}", content))
+        for call in said.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                output.append(
+                    call_item(
+                        f"fc_{secrets.token_hex(12)}",
+                        call.get("id") or f"call_{secrets.token_hex(12)}",
+                        function.get("name") or "",
+                        function.get("arguments") or "",
+                    )
+                )
+        finish = choice.get("finish_reason")
+        final = await finished(exchange, output, finish if isinstance(finish, str) else None)
+        return orjson.dumps(final)
+
+    def stream(self, exchange: Exchange) -> StreamEncoder:
+        from gateway.doors.responses_stream import ResponsesStream  # it imports this module's helpers
+
+        return ResponsesStream(exchange)
+
+    def error(self, error: GatewayError) -> tuple[int, bytes]:
+        return openai_error(error)
+
+
+async def finished(exchange: Exchange, output: list[dict[str, Any]], finish: str | None) -> dict[str, Any]:
+    """The complete Response, stored first when the client asked for it: a client may send
+    the next turn (`previous_response_id`) the moment it has this one. Should the store fail,
+    the client still gets its answer, marked `store: false`, and the failure is logged."""
+    state: ResponsesState = exchange.door_state
+    reason = INCOMPLETE.get(finish) if finish else None
+    final = response_object(state, exchange.model_alias, "incomplete" if reason else "completed", output)
+    final["usage"] = usage(exchange.usage)
+    if reason:
+        final["incomplete_details"] = {"reason": reason}
+    if state.store and state.records is not None and exchange.principal is not None:
+        messages = [*state.history, *state.turn, *answer_messages(output)]
+        try:
+            await state.records.save(exchange.principal, state.response_id, StoredResponse(final, messages))
+        except GatewayError as exc:
+            logger.warning(
+                "response not stored", extra={"request_id": exchange.request_id, "error": exc.code}
+            )
+            final["store"] = False
+    return final
+
+
+def response_object(
+    state: ResponsesState, model: str, status: str, output: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "id": state.response_id,
+        "object": "response",
+        "created_at": state.created_at,
+        "status": status,
+        "model": model,
+        "output": output,
+        "error": None,
+        "incomplete_details": None,
+        **state.echo,
+        "usage": None,
+    }
+
+
+def message_item(item_id: str, content: str, status: str = "completed") -> dict[str, Any]:
+    part = {"type": "output_text", "text": content, "annotations": [], "logprobs": []}
+    return {"type": "message", "id": item_id, "role": "assistant", "status": status, "content": [part]}
+
+
+def reasoning_item(item_id: str, reasoning: str) -> dict[str, Any]:
+    return {
+        "type": "reasoning",
+        "id": item_id,
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": reasoning}],
+        "status": "completed",
+    }
+
+
+def call_item(
+    item_id: str, call_id: str, name: str, arguments: str, status: str = "completed"
+) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+def answer_messages(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The output items as the chat messages a next turn replays (reasoning is not replayed)."""
+    content = "".join(
+        part["text"] for item in output if item["type"] == "message" for part in item["content"]
+    )
+    calls = [
+        {
+            "id": item["call_id"],
+            "type": "function",
+            "function": {"name": item["name"], "arguments": item["arguments"]},
+        }
+        for item in output
+        if item["type"] == "function_call"
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
+    if calls:
+        message["tool_calls"] = calls
+    return [message]
+
+
+def usage(counted: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": counted.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": counted.cached_tokens},
+        "output_tokens": counted.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": counted.reasoning_tokens},
+        "total_tokens": counted.prompt_tokens + counted.completion_tokens,
+    }

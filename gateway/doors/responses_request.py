@@ -1,0 +1,278 @@
+"""The Responses API request, translated into the internal chat-completions body.
+
+    instructions                       -> a first "system" message (never carried to the next turn)
+    previous_response_id               -> the stored conversation, before this turn's input
+    input (string)                     -> one user message
+    input message items (input_text, input_image, output_text) -> messages with text / image_url parts
+    function_call items                -> an assistant message's tool_calls (consecutive calls join)
+    function_call_output items         -> "tool" messages
+    reasoning items                    -> dropped (earlier reasoning is not replayed)
+    tools (function)                   -> function tools; built-in tools are refused (400, named)
+    tool_choice                        -> chat's tool_choice; parallel_tool_calls as is
+    text.format json_schema/json_object -> response_format
+    max_output_tokens / reasoning.effort -> max_tokens / reasoning_effort
+
+docs/api-compat.md has the whole table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.doors.fields import (
+    array,
+    boolean,
+    copy_extensions,
+    invalid,
+    missing,
+    number,
+    obj,
+    positive_int,
+    text,
+    unsupported,
+)
+
+_ROLES = ("user", "assistant", "system", "developer")  # a tuple: any JSON value can be looked up
+_REFUSED = {
+    "background": "Background responses",
+    "conversation": "Conversations",
+    "prompt": "Prompt templates",
+}
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """This turn's input as chat messages (no instructions, no history)."""
+    raw = body.get("input")
+    if raw is None:
+        raise missing("input")
+    if isinstance(raw, str):
+        return [{"role": "user", "content": raw}]
+    messages: list[dict[str, Any]] = []
+    for index, item in enumerate(array(raw, "input")):
+        _item(obj(item, f"input[{index}]"), f"input[{index}]", messages)
+    if not messages:
+        raise invalid("input", "must hold at least one message or function call output")
+    return messages
+
+
+def chat_body(
+    body: dict[str, Any], history: list[dict[str, Any]], turn: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The chat body: instructions, then the stored history, then this turn's input."""
+    model = body.get("model")
+    if model is None:
+        raise missing("model")
+    if not isinstance(model, str) or not model:
+        raise invalid("model", "must be a non-empty string")
+    for name, what in _REFUSED.items():
+        if body.get(name) not in (None, False):
+            raise unsupported(name, what)
+    messages: list[dict[str, Any]] = []
+    instructions = body.get("instructions")
+    if instructions is not None and text(instructions, "instructions"):
+        messages.append({"role": "system", "content": instructions})
+    messages.extend(history)
+    messages.extend(turn)
+    out: dict[str, Any] = {"model": model, "messages": messages}
+    _tools(body, out)
+    _format(body.get("text"), out)
+    if body.get("max_output_tokens") is not None:
+        out["max_tokens"] = positive_int(body["max_output_tokens"], "max_output_tokens")
+    reasoning = body.get("reasoning")
+    if reasoning is not None:
+        effort = obj(reasoning, "reasoning").get("effort")
+        if effort is not None:
+            if effort not in _EFFORTS:
+                raise invalid("reasoning.effort", f"must be one of {', '.join(sorted(_EFFORTS))}")
+            out["reasoning_effort"] = effort
+    for name in ("temperature", "top_p"):
+        if body.get(name) is not None:
+            out[name] = number(body[name], name)
+    for name in ("user", "safety_identifier"):
+        if body.get(name) is not None:
+            out["user"] = text(body[name], name)
+    for name in ("store", "stream", "parallel_tool_calls"):
+        if body.get(name) is not None:
+            boolean(body[name], name)
+    if body.get("metadata") is not None:
+        obj(body["metadata"], "metadata")
+    if body.get("stream"):
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+    copy_extensions(body, out)
+    return out
+
+
+def _item(item: dict[str, Any], param: str, messages: list[dict[str, Any]]) -> None:
+    kind = item.get("type", "message")
+    if kind == "message":
+        messages.append(_message(item, param))
+    elif kind == "function_call":
+        call = {
+            "id": text(item.get("call_id"), f"{param}.call_id"),
+            "type": "function",
+            "function": {
+                "name": text(item.get("name"), f"{param}.name"),
+                "arguments": text(item.get("arguments"), f"{param}.arguments"),
+            },
+        }
+        last = messages[-1] if messages else None
+        if last is not None and last["role"] == "assistant":  # the calls join the answer they follow
+            last.setdefault("tool_calls", []).append(call)
+        else:
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    elif kind == "function_call_output":
+        output = item.get("output")
+        if isinstance(output, list):
+            output = "".join(_output_text(p, f"{param}.output[{i}]") for i, p in enumerate(output))
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": text(item.get("call_id"), f"{param}.call_id"),
+                "content": text(output, f"{param}.output"),
+            }
+        )
+    elif kind == "reasoning":
+        return
+    elif kind == "item_reference":
+        raise unsupported(f"{param}.type", "An item reference")
+    else:
+        raise unsupported(f"{param}.type", f"An input item of type '{kind}'")
+
+
+def _output_text(part: Any, param: str) -> str:
+    part = obj(part, param)
+    if part.get("type") not in ("input_text", "output_text"):
+        raise invalid(f"{param}.type", "must be input_text")
+    return text(part.get("text"), f"{param}.text")
+
+
+def _message(item: dict[str, Any], param: str) -> dict[str, Any]:
+    role = item.get("role")
+    if role is None:
+        raise missing(f"{param}.role")
+    if role not in _ROLES:
+        raise invalid(f"{param}.role", f"must be one of {', '.join(sorted(_ROLES))}")
+    content = item.get("content")
+    if content is None:
+        raise missing(f"{param}.content")
+    if isinstance(content, str):
+        return {"role": role, "content": content}
+    parts = [
+        _part(obj(p, f"{param}.content[{i}]"), f"{param}.content[{i}]")
+        for i, p in enumerate(array(content, f"{param}.content"))
+    ]
+    if role != "user" and all(p["type"] == "text" for p in parts):
+        return {"role": role, "content": "".join(p["text"] for p in parts)}
+    return {"role": role, "content": parts}
+
+
+def _part(part: dict[str, Any], param: str) -> dict[str, Any]:
+    kind = part.get("type")
+    if kind in ("input_text", "output_text"):
+        return {"type": "text", "text": text(part.get("text"), f"{param}.text")}
+    if kind == "refusal":
+        return {"type": "text", "text": text(part.get("refusal"), f"{param}.refusal")}
+    if kind == "input_image":
+        if part.get("image_url") is None:
+            if part.get("file_id") is not None:
+                raise unsupported(f"{param}.file_id", "An image from the Files API")
+            raise missing(f"{param}.image_url")
+        image: dict[str, Any] = {"url": text(part.get("image_url"), f"{param}.image_url")}
+        detail = part.get("detail")
+        if detail is not None:
+            if detail not in ("low", "high", "auto"):
+                raise invalid(f"{param}.detail", "must be one of low, high, auto")
+            image["detail"] = detail
+        return {"type": "image_url", "image_url": image}
+    if kind in ("input_file", "input_audio"):
+        raise unsupported(f"{param}.type", f"A '{kind}' content part")
+    raise invalid(f"{param}.type", "must be one of input_text, input_image, output_text")
+
+
+def _tools(body: dict[str, Any], out: dict[str, Any]) -> None:
+    tools = body.get("tools")
+    if tools is not None:
+        functions: list[dict[str, Any]] = []
+        builtin: list[str] = []
+        for index, raw in enumerate(array(tools, "tools")):
+            tool = obj(raw, f"tools[{index}]")
+            kind = tool.get("type")
+            if kind != "function":
+                builtin.append(str(kind))
+                continue
+            function: dict[str, Any] = {"name": text(tool.get("name"), f"tools[{index}].name")}
+            if tool.get("description") is not None:
+                function["description"] = text(tool["description"], f"tools[{index}].description")
+            if tool.get("parameters") is not None:
+                function["parameters"] = obj(tool["parameters"], f"tools[{index}].parameters")
+            if tool.get("strict") is not None:
+                function["strict"] = boolean(tool["strict"], f"tools[{index}].strict")
+            functions.append({"type": "function", "function": function})
+        if builtin:
+            raise unsupported(
+                "tools",
+                f"Built-in tools ({', '.join(builtin)}; the gateway cannot run them, offer function tools)",
+            )
+        if functions:
+            out["tools"] = functions
+    choice = body.get("tool_choice")
+    if choice is not None and "tools" in out:
+        out["tool_choice"] = _choice(choice)
+    if body.get("parallel_tool_calls") is not None and "tools" in out:
+        out["parallel_tool_calls"] = boolean(body["parallel_tool_calls"], "parallel_tool_calls")
+
+
+def _choice(choice: Any) -> Any:
+    if isinstance(choice, str):
+        if choice not in ("auto", "none", "required"):
+            raise invalid("tool_choice", "must be one of auto, none, required, or an object")
+        return choice
+    choice = obj(choice, "tool_choice")
+    kind = choice.get("type")
+    if kind == "function":
+        return {"type": "function", "function": {"name": text(choice.get("name"), "tool_choice.name")}}
+    if kind == "allowed_tools":
+        mode = choice.get("mode", "auto")
+        if mode not in ("auto", "required"):
+            raise invalid("tool_choice.mode", "must be auto or required")
+        names = []
+        for index, raw in enumerate(array(choice.get("tools"), "tool_choice.tools")):
+            tool = obj(raw, f"tool_choice.tools[{index}]")
+            if tool.get("type") != "function":
+                raise unsupported(f"tool_choice.tools[{index}].type", "A built-in tool")
+            names.append(
+                {
+                    "type": "function",
+                    "function": {"name": text(tool.get("name"), f"tool_choice.tools[{index}].name")},
+                }
+            )
+        return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": names}}
+    raise unsupported("tool_choice.type", f"A tool choice of type '{kind}'")
+
+
+def _format(value: Any, out: dict[str, Any]) -> None:
+    if value is None:
+        return
+    fmt = obj(value, "text").get("format")
+    if fmt is None:
+        return
+    fmt = obj(fmt, "text.format")
+    kind = fmt.get("type")
+    if kind == "text":
+        return
+    if kind == "json_object":
+        out["response_format"] = {"type": "json_object"}
+    elif kind == "json_schema":
+        schema: dict[str, Any] = {
+            "name": text(fmt.get("name"), "text.format.name"),
+            "schema": obj(fmt.get("schema"), "text.format.schema"),
+        }
+        if fmt.get("strict") is not None:
+            schema["strict"] = boolean(fmt["strict"], "text.format.strict")
+        if fmt.get("description") is not None:
+            schema["description"] = text(fmt["description"], "text.format.description")
+        out["response_format"] = {"type": "json_schema", "json_schema": schema}
+    else:
+        raise invalid("text.format.type", "must be one of text, json_object, json_schema")
