@@ -79,6 +79,8 @@ def governed(
         policy={"dir": str(policies)},
         audit={"path": str(directory / "audit.jsonl"), "fsync": "never"},
         state={"sqlite_path": str(directory / "state.db")},
+        # cache_s 0: each turn reads the record the last one settled (the growth panel needs it)
+        sessions={"enabled": True, "cache_s": 0, "checkpoints": {"mode": "advise", "every_turns": 2}},
         prices={"sim-model": {"input": 1.0, "cached_input": 0.1, "output": 4.0}},
         models={  # run side by side: every request also goes to a shadow (the Cost dashboard's arms)
             "side-by-side": [
@@ -155,10 +157,12 @@ def _traffic(gateway: RunningGateway, sim: RunningSimulator) -> None:
         openai.OpenAI(base_url=gateway.base_url, api_key=UNKNOWN_TENANT_KEY, max_retries=0) as gamma,
     ):
         history: list[Any] = [{"role": "system", "content": "You are terse. " * 100}]
-        for turn in range(4):  # a growing session, its prefix cached
+        for turn in range(6):  # a growing session, its prefix cached, told to summarize every 2 turns
             history.append({"role": "user", "content": f"question {turn}"})
             alpha.chat.completions.create(
-                model="chat", messages=history, extra_headers={"x-workflow": "triage"}
+                model="chat",
+                messages=history,
+                extra_headers={"x-workflow": "triage", "x-session-id": "triage-session-1"},
             )
             history.append({"role": "assistant", "content": f"answer {turn}"})
         for _ in range(3):
