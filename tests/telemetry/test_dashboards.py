@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from telemetry import instruments
+from telemetry import instruments, jobs
 from telemetry.exposition import prometheus_name
 from telemetry.registry import Kind, MetricSpec
 from tests.telemetry.dashboards import DASHBOARDS, dashboards, metric_names, panels, prometheus_queries
@@ -17,7 +17,7 @@ PROVISIONING = DASHBOARDS.parent / "provisioning"
 
 def _exported() -> set[str]:
     names = set()
-    for spec in vars(instruments).values():
+    for spec in [*vars(instruments).values(), *vars(jobs).values()]:
         if isinstance(spec, MetricSpec):
             base = prometheus_name(spec)
             if spec.kind is Kind.COUNTER:
