@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from adapters.state import sqlite_lease_tx, sqlite_sessions, sqlite_tx
 from adapters.state.sqlite_checkpoint import BACKSTOP_PAGES, WalCheckpointer
+from adapters.state.sqlite_files import open_wal
 from gateway.errors import StateStoreUnavailable
 from gateway.metering.lease_records import LeaseGrant, LeaseSync
 from gateway.metering.records import (
@@ -103,10 +104,7 @@ class SQLiteStore:
         if self._lock is None:
             self._lock = os.open(self._path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         if self._db is None:
-            db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = NORMAL")
+            db = open_wal(self._path, _BUSY_TIMEOUT_MS)
             db.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
             sqlite_tx.create_schema(db)
             self._db = db

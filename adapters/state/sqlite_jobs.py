@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from adapters.state import sqlite_jobs_tx as tx
+from adapters.state.sqlite_files import open_wal
 from gateway.errors import StateStoreUnavailable
 from gateway.jobs.records import (
     BatchView,
@@ -57,10 +58,7 @@ class SQLiteJobStore:
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
-            db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = NORMAL")
+            db = open_wal(self._path, _BUSY_TIMEOUT_MS)
             db.executescript(tx.SCHEMA)
             self._db = db
         return self._db

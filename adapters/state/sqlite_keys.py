@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from adapters.state.sqlite_files import open_wal
 from gateway.errors import StateStoreUnavailable
 from gateway.keystore.records import KeyChanges, KeyConflict, KeyNotFound, KeyNotUsable, LiveKey
 
@@ -41,10 +42,7 @@ class SQLiteKeyStore:
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
-            db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = NORMAL")
+            db = open_wal(self._path, _BUSY_TIMEOUT_MS)
             for statement in _SCHEMA:
                 db.execute(statement)
             self._db = db
