@@ -4,6 +4,7 @@ benchmark's own.
 
     python -m bench.leases [--rounds R] [--duration S] [--workers N] [--base REV] [--no-doc]
     python -m bench.leases --profile whole  # py-spy on one worker of a variant under load
+    python -m bench.leases --profile whole --profile-streams  # the same under a load of streams
     python -m bench.leases --micro          # one request's metering in process: exact vs leased
 
 Variants, each started fresh and loaded in turn every round (wrk c64, after a warm-up),
@@ -164,7 +165,8 @@ def run_variants(args: argparse.Namespace) -> dict[str, Any]:
             base = base_tree(args.base, tmp)
             starts["base"] = whole(None, base)
         if args.profile:
-            return profile_variant(stack, starts[args.profile], args, tmp)
+            profiled = stream_script if args.profile_streams else script
+            return profile_variant(stack, starts[args.profile], args, tmp, profiled)
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in starts}
         for round_no in range(args.rounds):
             for name, start in starts.items():
@@ -237,15 +239,19 @@ def stream_figures(
 
 
 def profile_variant(
-    stack: spine.Stack, start: Callable[[str], tuple[Any, int]], args: argparse.Namespace, tmp: Path
+    stack: spine.Stack,
+    start: Callable[[str], tuple[Any, int]],
+    args: argparse.Namespace,
+    tmp: Path,
+    script: Path,
 ) -> dict[str, Any]:
-    """py-spy on one worker of the variant under wrk c64 (`bench/profile.py`)."""
+    """py-spy on one worker of the variant under wrk c64 (`bench/profile.py`), with `script`'s load."""
     proc, port = start("profiled")
     server = spine.Server("profiled", proc, port, tmp / "profiled.log", {})
     options = argparse.Namespace(
         warmup=args.warmup, profile_seconds=args.duration, profile_rate=200, native=False
     )
-    result = profile(stack, server, options, tmp)
+    result = profile(stack, server, options, tmp, script)
     for title in ("areas", "inclusive", "self_python"):
         print(f"-- {title}")
         for row in result[title][:25]:
@@ -398,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         "--micro", action="store_true", help="in process: one request's metering, exact vs leased"
     )
     parser.add_argument("--profile", help="py-spy one worker of this variant (whole, spine...) instead")
+    parser.add_argument("--profile-streams", action="store_true", help="profile under a load of streams")
     args = parser.parse_args(argv)
     spine.QUIET_MAX_WAIT_S = args.quiet_wait
     if args.micro:

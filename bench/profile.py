@@ -28,12 +28,15 @@ from bench.harness import (
 )
 
 
-def profile(stack: Stack, gateway: Server, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
+def profile(
+    stack: Stack, gateway: Server, args: argparse.Namespace, run_dir: Path, script: Path | None = None
+) -> dict[str, Any]:
+    """`script`: wrk's script for the load (default: the benchmark's chat request)."""
     # a virtualenv's py-spy is beside its python, whether or not the venv is on PATH
     spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if spy is None:
         raise BenchError("py-spy is not installed (pip install py-spy)")
-    script = write_wrk_script(stack)
+    script = script or write_wrk_script(stack)
     wrk(gateway.url, script, 64, args.warmup)
     wait_quiet()
     worker = gateway.worker_pids()[0]

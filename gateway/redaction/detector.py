@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import regex
 
 from gateway.redaction.entities import LOOKAHEAD, EntityKind
+from gateway.redaction.first_chars import first_chars
 from gateway.redaction.prefilter import Prefilter, compilable, max_width, min_width
 from gateway.redaction.seen import SeenTexts
 
@@ -60,6 +61,8 @@ class _Exact:
     value_group: bool
     width: int  # the longest match (the text's length when unknown)
     shortest: int  # the shortest whole match (0 when unknown)
+    # What every match in ASCII text begins with (None: unknown), for a stream's scan to skip it.
+    starts: frozenset[str] | None
 
     def accept(self, match: Any) -> Found | None:
         if self.value_group:
@@ -110,6 +113,7 @@ class Catalog:
                     "v" in compiled.groupindex,
                     width or _UNBOUNDED,
                     min_width(source),
+                    first_chars(source, kind.ignore_case),
                 )
                 # A non-ASCII pattern cannot be prefiltered on "?"-substituted bytes.
                 if (
@@ -182,8 +186,15 @@ class Catalog:
         hold = size
         matches: list[Any] = []  # every complete match, accepted or not
         accepted: list[Found] = []
+        # A pattern none of whose first characters is in the (ASCII) text from `pos` on can
+        # neither match nor be in progress there: most patterns, on most of a stream's text.
+        rest = text[pos:]
+        present = set(rest) if rest.isascii() else None
         for exact in self._all:
             if exact.kind not in names:
+                continue
+            starts = exact.starts
+            if present is not None and starts is not None and starts.isdisjoint(present):
                 continue
             search = exact.pattern.search
             at = pos
