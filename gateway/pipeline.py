@@ -10,18 +10,18 @@ whatever happened before them, so nothing reserved or begun is ever left open.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.doors.openai import OPENAI_STREAM
-from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
+from gateway.errors import GatewayError, UpstreamError
 from gateway.exchange import Exchange
 from gateway.forward import Forwarder, OpenStream
 from gateway.guards import ErrorGuard, ResponseGuard
 from gateway.ports import Chunk
+from gateway.stream_deadline import StreamDeadline
 
 if TYPE_CHECKING:
     from gateway.doors.base import StreamEncoder
@@ -101,13 +101,14 @@ class Pipeline:
         [DONE], which OpenAI clients report as an error. The upstream stream is closed in
         every case, including when the client goes away and this generator is cancelled.
         """
+        deadline = StreamDeadline(exchange.deadline)
         try:
             chunk = opened.first
             while chunk is not None:
                 for out in self._guard_chunk(exchange, chunk, 0):
                     if event := encoder.chunk(out):
                         yield event
-                chunk = await _next_before(opened.chunks, exchange.deadline)
+                chunk = await deadline.next(opened.chunks)
             for index, guard in enumerate(self.guards):
                 for held in guard.on_end(exchange):
                     for out in self._guard_chunk(exchange, held, index + 1):
@@ -124,6 +125,7 @@ class Pipeline:
             exchange.error_code = exc.code
             yield encoder.error(exc)
         finally:
+            deadline.close()
             await opened.stream.aclose()
 
     def _guard_chunk(self, exchange: Exchange, chunk: Chunk, start: int) -> list[Chunk]:
@@ -147,14 +149,3 @@ class Pipeline:
                 logger.exception(
                     "finisher failed", extra={"request_id": exchange.request_id, "finisher": finisher.name}
                 )
-
-
-async def _next_before(chunks: AsyncIterator[Chunk], deadline: float) -> Chunk | None:
-    """The next chunk, or UpstreamTimeout once the request's deadline passes: the deadline
-    bounds the whole stream, not only its start. The timeout wraps only the wait for the
-    upstream, never the client's side of a yield."""
-    try:
-        async with asyncio.timeout(deadline - time.monotonic()):
-            return await anext(chunks, None)
-    except TimeoutError:
-        raise UpstreamTimeout("The request deadline passed before the stream completed.") from None
