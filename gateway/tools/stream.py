@@ -66,9 +66,9 @@ class ToolCallStream:
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
             return [chunk]
-        self._envelope = {k: data[k] for k in _ENVELOPE_KEYS if k in data}
         before: list[Chunk] = []
         emptied = 0
+        enveloped = False
         for choice in choices:
             if not isinstance(choice, dict):
                 continue
@@ -77,6 +77,11 @@ class ToolCallStream:
             state = self._choices.setdefault(index, _Choice())
             delta = choice.get("delta")
             touched = isinstance(delta, dict) and ("tool_calls" in delta or "function_call" in delta)
+            if not enveloped and (touched or choice.get("finish_reason") is not None):
+                # Only a chunk with calls or an end can make the guard send chunks of its own
+                # (now, or at the stream's end): they take its envelope, the others need none.
+                self._envelope = {k: data[k] for k in _ENVELOPE_KEYS if k in data}
+                enveloped = True
             if isinstance(delta, dict):
                 if delta.get("content"):
                     state.content_seen = True
