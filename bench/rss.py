@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         config["server"]["workers"] = args.workers
         proc, port = serve(stack, "rss", config)
         url = f"http://{spine.HOST}:{port}{spine.CHAT_PATH}"
-        workers = [p for p in spine.process_tree(proc.pid) if p != proc.pid]
+        workers = spine.Server("rss", proc, port, tmp / "rss.log", {}).worker_pids()
         spine.wrk(url, script, 64, 2.0)
         curve: list[dict[str, Any]] = [{"requests": 0, "rss_mb": [spine.rss_mb(p) for p in workers]}]
         served = 0
