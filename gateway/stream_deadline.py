@@ -24,7 +24,8 @@ class StreamDeadline:
     def __init__(self, deadline: float) -> None:
         """`deadline` on `time.monotonic()`'s clock."""
         loop = asyncio.get_running_loop()
-        self._task: asyncio.Task[object] | None = None  # the one waiting, while it waits
+        # The task that waits: a stream is relayed by one task, so it is looked up once.
+        self._task: asyncio.Task[object] | None = None
         self._waiting = False
         self._passed = False
         self._cancelled = False  # whether this deadline asked for the task's cancellation
@@ -40,7 +41,9 @@ class StreamDeadline:
         """The next item, None at the end, or UpstreamTimeout once the deadline has passed."""
         if self._passed:
             raise _passed()
-        self._task = task = asyncio.current_task()
+        task = self._task
+        if task is None:
+            self._task = task = asyncio.current_task()
         self._waiting = True
         try:
             item = await anext(items, None)
