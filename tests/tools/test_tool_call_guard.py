@@ -124,6 +124,26 @@ def test_a_stream_that_ends_without_a_finish_reason_releases_what_it_held() -> N
     assert view.finish_reasons == []
 
 
+@pytest.mark.parametrize("ends", [True, False])
+def test_the_guards_own_chunks_carry_the_streams_envelope(ends: bool) -> None:
+    """Notes for blocked calls and held calls released (at the next call, the finish, or the
+    end of a stream without one) take the id, model and creation time of the stream, though
+    the guard copies them only from chunks with calls or an end, not from plain text."""
+    chunks = tool_call_stream([BAD_FETCH, GOOD_FETCH, FORBIDDEN], 5, text="Let me check that.", usage=False)
+    out, blocked = _run(chunks if ends else chunks[:-1])
+    assert blocked == 2
+    made = [c for c in out if c.dirty or c.raw not in {orjson.dumps(d) for d in chunks}]
+    assert made  # the guard sent chunks of its own
+    for chunk in out:
+        data = orjson.loads(chunk.encoded())
+        assert (data["id"], data["object"], data["created"], data["model"]) == (
+            "chatcmpl-1",
+            "chat.completion.chunk",
+            1,
+            "m",
+        )
+
+
 def test_deltas_without_index_and_names_that_arrive_late() -> None:
     args = _args(GOOD_FETCH)
     chunks: list[dict[str, Any]] = [
