@@ -32,11 +32,18 @@ class SyncLoad(Protocol):
         """Return once no synchronous model call is in flight."""
         ...
 
+    def watch(self, listener: Callable[[int], None]) -> None:
+        """`listener(in_flight)` called at each change (the host load file publishes it)."""
+        ...
+
 
 class _NoLoad:
     in_flight = 0
 
     async def idle(self) -> None:
+        return None
+
+    def watch(self, listener: Callable[[int], None]) -> None:
         return None
 
 
