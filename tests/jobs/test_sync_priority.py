@@ -1,6 +1,7 @@
-"""Sync traffic keeps priority across processes: a `tollgate jobs-worker` claims no job while
-a gateway process beside it (`jobs.pull: false`) has an interactive request in flight, and
-runs it once that request has ended. Real processes, the real host load file."""
+"""Sync traffic keeps priority: a `tollgate jobs-worker` claims no job while a gateway process
+beside it (`jobs.pull: false`) has an interactive request in flight, and runs it once that
+request has ended (real processes, the real host load file); job requests waiting on the
+upstream are bounded apart from the jobs running (`jobs.upstream_concurrency`)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ from tests.harness import chat_body, eventually, free_port
 from tests.jobs.gateways import auth, jobs_config, poll_job
 from tests.metering.processes import write_config
 from tests.processes import GatewayProcess, Process, process_timeout
-from tests.servers import UPSTREAM_KEY
+from tests.servers import UPSTREAM_KEY, running_gateway
 
 HELD_S = 4.0  # how long the upstream holds the interactive request
 
 
-def submit(http: httpx.Client, text: str) -> str:
-    body = {"model": "chat", "messages": [{"role": "user", "content": text}]}
+def submit(http: httpx.Client, text: str, **extra: object) -> str:
+    body = {"model": "chat", "messages": [{"role": "user", "content": text}], **extra}
     accepted = http.post("/v1/chat/completions", json=body, headers={**auth(), "prefer": "respond-async"})
     assert accepted.status_code == 202, accepted.text
     return str(accepted.headers["location"])
@@ -72,4 +73,29 @@ def test_a_jobs_worker_waits_while_a_gateway_serves_an_interactive_request(tmp_p
         if worker is not None:
             worker.kill(signal.SIGTERM)
         gateway.stop()
+        sim.stop()
+
+
+def test_job_requests_waiting_on_the_upstream_are_bounded_apart_from_the_jobs_running(
+    tmp_path: Path,
+) -> None:
+    sim = Simulator.start_in_thread(SimConfig(api_key=UPSTREAM_KEY))
+    config = jobs_config(sim, tmp_path, jobs={"concurrency": 8, "upstream_concurrency": 1})
+    slow = {"fault": {"kind": "slow_first_token", "delay_s": 1.5}}
+    try:
+        with running_gateway(config) as gateway, httpx.Client(base_url=gateway.url, timeout=30) as http:
+            locations = [submit(http, f"slow job {i}", x_sim=slow) for i in range(3)]
+
+            def sent() -> int:
+                return sum(r.path.endswith("/chat/completions") for r in sim.requests)
+
+            assert eventually(lambda: sent() >= 1), "no job reached the upstream"
+            watch_until = time.monotonic() + 0.7  # within the first answer's 1.5 s
+            while time.monotonic() < watch_until:
+                assert sent() == 1  # the other two wait for the one upstream slot
+                time.sleep(0.05)
+            for location in locations:
+                assert poll_job(http, location, auth(), seconds=30).status_code == 200
+            assert sent() == 3
+    finally:
         sim.stop()
