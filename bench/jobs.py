@@ -310,8 +310,10 @@ def write_doc(text: str) -> None:
     doc = DOC.read_text()
     if SECTION in doc:
         start = doc.index(SECTION)
-        end = doc.find("\n## ", start + len(SECTION))
-        doc = doc[:start] + text + (doc[end + 1 :] if end != -1 else "")
+        # up to the next section, or the next benchmark's marked block, whichever comes first
+        ends = [doc.find(mark, start + len(SECTION)) for mark in ("\n## ", "\n<!-- bench:")]
+        end = min((e for e in ends if e != -1), default=-1)
+        doc = doc[:start] + text + ("\n" + doc[end + 1 :] if end != -1 else "")
     else:
         doc = doc.rstrip("\n") + "\n\n" + text
     DOC.write_text(doc)
