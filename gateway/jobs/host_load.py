@@ -49,8 +49,8 @@ class _NoLoad:
 class HostLoad:
     """This process's synchronous load (`local`) plus the other gateway processes' of the host.
 
-    `publish()` gives this process a slot and keeps it current as `local` changes; a process
-    that serves no synchronous calls (a jobs worker) only reads.
+    `attach(..., publish=True)` gives this process a slot and keeps it current as `local`
+    changes (a jobs worker's stays at 0); with `publish=False` the process only reads.
     """
 
     def __init__(self, path: str, poll_s: float = 0.001) -> None:
