@@ -56,8 +56,9 @@ class JobsParts:
         host load file, by those of the host's other gateway processes."""
         if self.host_load is not None:
             self.host_load.attach(load, publish=True)
-            load = self.host_load
-        self.gate.attach(load)
+            self.gate.attach(self.host_load, self.host_load)
+        else:
+            self.gate.attach(load)
         if self.pull:
             self.runner.start()
 

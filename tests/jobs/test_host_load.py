@@ -17,10 +17,12 @@ from gateway.jobs.host_load import HostLoad
 from gateway.jobs.pull_gate import PullGate
 from tests.harness import eventually
 
-# A gateway process's part in the file: it publishes what it reads on stdin, one count a line.
+# A gateway process's part in the file: it publishes what it reads on stdin, a line each: a
+# count of calls in flight, or "pause S" (an upstream throttled: its pull gate pauses S seconds).
 PUBLISHER = """
 import sys
 from gateway.jobs.host_load import HostLoad
+from gateway.jobs.pull_gate import PullGate
 
 class Load:
     in_flight = 0
@@ -31,10 +33,17 @@ class Load:
 load = Load()
 host = HostLoad(sys.argv[1])
 host.attach(load, publish=True)
+gate = PullGate(limit=1, pause_s=0.0)
+gate.attach(host, host)
 print("ready", flush=True)
 for line in sys.stdin:
-    load.in_flight = int(line)
-    load.listener(load.in_flight)
+    if line.startswith("pause "):
+        gate = PullGate(limit=1, pause_s=float(line.split()[1]))
+        gate.attach(host, host)
+        gate.throttled()
+    else:
+        load.in_flight = int(line)
+        load.listener(load.in_flight)
     print("published", flush=True)
 """
 
@@ -49,7 +58,7 @@ class Publisher:
         )
         self._expect("ready")
 
-    def publish(self, in_flight: int) -> None:
+    def publish(self, in_flight: int | str) -> None:
         assert self.popen.stdin is not None
         self.popen.stdin.write(f"{in_flight}\n")
         self.popen.stdin.flush()
@@ -158,5 +167,25 @@ async def test_the_pull_gate_closes_while_another_gateway_process_has_calls_in_f
         gateway.publish(0)  # ...until the gateway's call has ended
         await asyncio.wait_for(step, timeout=5)
         assert gate.allows()
+    finally:
+        host.close()
+
+
+@pytest.mark.timeout(60)
+def test_an_upstream_throttling_seen_by_one_process_pauses_pulling_in_every_process(
+    tmp_path: Path, publishers: Callable[[], Publisher]
+) -> None:
+    gateway = publishers()
+    host = HostLoad(str(tmp_path / "jobs.db.load"), poll_s=0)
+    gate = PullGate(limit=1, pause_s=0.0)
+    try:
+        host.attach(LocalLoad(), publish=True)
+        gate.attach(host, host)
+        assert gate.allows() and gate.throttled_for() == 0
+        gateway.publish("pause 30")  # a 429 seen by the gateway's synchronous call
+        assert not gate.allows()
+        assert 25 < gate.throttled_for() <= 30
+        gateway.stop(signal.SIGKILL)  # a dead process's pause is not counted either
+        assert gate.allows() and gate.throttled_for() == 0
     finally:
         host.close()
