@@ -5,13 +5,16 @@ upstream are bounded apart from the jobs running (`jobs.upstream_concurrency`)."
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
 from gateway.jobs.host_load import HostLoad
 from simulator import SimConfig, Simulator
@@ -42,7 +45,8 @@ def test_a_jobs_worker_waits_while_a_gateway_serves_an_interactive_request(tmp_p
     worker: Process | None = None
     host = HostLoad(str(tmp_path / "jobs.db.load"), poll_s=0)  # read only, as a worker does
     try:
-        args = [sys.executable, "-m", "gateway.cli", "jobs-worker", "--config", str(path), "--idle"]
+        # --nice rather than --idle: on a machine busy with other tests an idle-class worker may wait long
+        args = [sys.executable, "-m", "gateway.cli", "jobs-worker", "--config", str(path), "--nice", "5"]
         worker = Process(args, tmp_path / "worker.log", lambda p: p.popen.poll() is None, "jobs worker")
         with (
             httpx.Client(base_url=gateway.url, timeout=60) as http,
@@ -99,3 +103,14 @@ def test_job_requests_waiting_on_the_upstream_are_bounded_apart_from_the_jobs_ru
             assert sent() == 3
     finally:
         sim.stop()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_a_jobs_worker_with_idle_runs_at_the_lowest_cpu_priority() -> None:
+    probe = (
+        "import os; from gateway.jobs.worker import lower_priority;"
+        "print(lower_priority(10, True), os.sched_getscheduler(0) == os.SCHED_IDLE)"
+    )
+    argv = [sys.executable, "-c", probe]
+    shown = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+    assert shown.stdout.split() == ["SCHED_IDLE", "True"]
