@@ -12,9 +12,12 @@ latency), both on 127.0.0.1. In one run:
    creation until every line is done: the drain rate D; meanwhile the same interactive load
    runs again: its p50 under the drain.
 
-Reported: D / S (target >= 0.70) and the interactive p50's change (target <= 10 %).
+Reported: D / S (target >= 0.70) and the interactive p50's change (target <= 10 %). With
+`--probe-upstream`, the same open-loop load is also sent straight to the simulator, alone and
+during the drain: how much of the interactive request's extra latency is the upstream's.
 
-    python -m bench.jobs [--jobs N] [--seconds S] [--connections C] [--rate R] [--no-doc]
+    python -m bench.jobs [--jobs N] [--seconds S] [--connections C] [--rate R]
+        [--job-worker [--nice N | --idle]] [--probe-upstream] [--no-doc]
 """
 
 from __future__ import annotations
@@ -97,7 +100,9 @@ async def closed_loop(url: str, connections: int, seconds: float) -> float:
 
 
 async def interactive(url: str, rate: float, until: asyncio.Event | None, seconds: float) -> list[float]:
-    """Open-loop requests at `rate` per second; each one's latency (s)."""
+    """Open-loop requests at `rate` per second; each one's latency (s). An empty `url`: none."""
+    if not url:
+        return []
     headers = {"authorization": f"Bearer {KEY}"}
     latencies: list[float] = []
     tasks: list[asyncio.Task[None]] = []
@@ -121,7 +126,7 @@ async def interactive(url: str, rate: float, until: asyncio.Event | None, second
     return latencies
 
 
-async def drain(url: str, jobs: int, rate: float, max_s: float) -> dict[str, Any]:
+async def drain(url: str, jobs: int, rate: float, max_s: float, probe: str) -> dict[str, Any]:
     headers = {"authorization": f"Bearer {KEY}"}
     lines = b"\n".join(
         orjson.dumps({"custom_id": f"j{i}", "method": "POST", "url": CHAT, "body": body(i)})
@@ -142,6 +147,7 @@ async def drain(url: str, jobs: int, rate: float, max_s: float) -> dict[str, Any
         started = time.monotonic()
         finished = asyncio.Event()
         load = asyncio.ensure_future(interactive(url, rate, finished, max_s))
+        probing = asyncio.ensure_future(interactive(probe, rate, finished, max_s))
         counts: dict[str, int] = {}
         try:
             while time.monotonic() - started < max_s:
@@ -157,6 +163,7 @@ async def drain(url: str, jobs: int, rate: float, max_s: float) -> dict[str, Any
             finished.set()
         drained_s = time.monotonic() - started
         latencies = await load
+        probed = await probing
     return {
         "jobs": jobs,
         "submit_s": started - submit_started,
@@ -164,19 +171,31 @@ async def drain(url: str, jobs: int, rate: float, max_s: float) -> dict[str, Any
         "drain_rps": jobs / drained_s,
         "failed": counts.get("failed", 0),
         "interactive": latencies,
+        "probed": probed,
     }
 
 
-async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
+async def measure(url: str, probe: str, args: argparse.Namespace) -> dict[str, Any]:
     await closed_loop(url, args.connections, 2.0)  # warm-up
     sync_rps = await closed_loop(url, args.connections, args.seconds)
-    alone = await interactive(url, args.rate, None, args.seconds)
-    drained = await drain(url, args.jobs, args.rate, 600.0)
-    during = drained.pop("interactive")
-    again = await interactive(url, args.rate, None, args.seconds)  # the baseline again, after
+    alone, probed_alone = await asyncio.gather(
+        interactive(url, args.rate, None, args.seconds), interactive(probe, args.rate, None, args.seconds)
+    )
+    drained = await drain(url, args.jobs, args.rate, 600.0, probe)
+    during, probed_during = drained.pop("interactive"), drained.pop("probed")
+    again, probed_again = await asyncio.gather(  # the baseline again, after
+        interactive(url, args.rate, None, args.seconds), interactive(probe, args.rate, None, args.seconds)
+    )
     p50_alone = percentile([*alone, *again], 50) * 1000
     p50_during = percentile(during, 50) * 1000
+    upstream: dict[str, Any] = {}
+    if probe:
+        upstream = {
+            "upstream_p50_alone_ms": percentile([*probed_alone, *probed_again], 50) * 1000,
+            "upstream_p50_during_ms": percentile(probed_during, 50) * 1000,
+        }
     return {
+        **upstream,
         "sync_rps": sync_rps,
         **drained,
         "drain_over_sync": drained["drain_rps"] / sync_rps,
@@ -222,11 +241,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "jobs-worker",
                     "--config",
                     str(config),
-                    "--nice",
-                    str(args.nice),
+                    *(["--idle"] if args.idle else ["--nice", str(args.nice)]),
                 ]
                 procs.start("jobs-worker", worker, tmp / "jobs-worker.log")
-            result = asyncio.run(measure(f"http://{HOST}:{port}", args))
+            probe = f"http://{HOST}:{sim_port}" if args.probe_upstream else ""
+            result = asyncio.run(measure(f"http://{HOST}:{port}", probe, args))
             result["jobs_config"] = jobs
             return result
         finally:
@@ -253,14 +272,21 @@ def render(result: dict[str, Any], command: str) -> str:
         ),
         ("batch creation (every line's governance, then stored)", f"{r['submit_s']:.1f} s"),
     ]
+    if "upstream_p50_alone_ms" in r:
+        rows.insert(
+            6,
+            (
+                "the same load straight to the simulator: p50 alone / during",
+                f"{r['upstream_p50_alone_ms']:.2f} / {r['upstream_p50_during_ms']:.2f} ms",
+            ),
+        )
     table = "\n".join(f"| {name} | {value} |" for name, value in rows)
     return f"""{SECTION}
 
-Measured {time.strftime("%Y-%m-%d", time.gmtime())} at `{git_revision()}` on the shared, busy 2-core
-machine (other sessions' tests and benchmarks ran meanwhile), so read the same-run ratios.
-Command: `{command}`. One gateway process (1 worker, SQLite job store), the simulator in
-zero-latency mode; {r["jobs"]:,} queued requests (one batch through the Batch API) rather than
-the 20,000 the target names, to keep the run within a couple of minutes on this machine.
+Measured {time.strftime("%Y-%m-%d", time.gmtime())} at `{git_revision()}` on the shared 2-core machine (the
+machine's bench lock held: no tests ran meanwhile, yet it stays noisy), so read same-run ratios.
+Command: `{command}`. {_setup(r)}, the simulator in zero-latency mode (one process, one
+event loop), all on 127.0.0.1; {r["jobs"]:,} queued requests, one batch through the Batch API.
 
 | figure | value |
 | --- | --- |
@@ -268,12 +294,26 @@ the 20,000 the target names, to keep the run within a couple of minutes on this 
 """
 
 
+def _setup(r: dict[str, Any]) -> str:
+    overrides = {k: v for k, v in r["jobs_config"].items() if k != "pull"}
+    settings = f", jobs settings `{json.dumps(overrides)}`" if overrides else ""
+    if not r["job_worker"]:
+        return f"One gateway process (1 worker, SQLite job store) running the jobs too{settings}"
+    priority = "--idle" if r.get("idle") else f"--nice {r['nice']}"
+    return (
+        "One gateway process (1 worker, SQLite job store, `jobs.pull: false`) and one "
+        f"`tollgate jobs-worker {priority}` process running the jobs{settings}"
+    )
+
+
 def write_doc(text: str) -> None:
     doc = DOC.read_text()
     if SECTION in doc:
         start = doc.index(SECTION)
-        end = doc.find("\n## ", start + len(SECTION))
-        doc = doc[:start] + text + (doc[end + 1 :] if end != -1 else "")
+        # up to the next section, or the next benchmark's marked block, whichever comes first
+        ends = [doc.find(mark, start + len(SECTION)) for mark in ("\n## ", "\n<!-- bench:")]
+        end = min((e for e in ends if e != -1), default=-1)
+        doc = doc[:start] + text + ("\n" + doc[end + 1 :] if end != -1 else "")
     else:
         doc = doc.rstrip("\n") + "\n\n" + text
     DOC.write_text(doc)
@@ -292,11 +332,18 @@ def main() -> None:
         "--job-worker", action="store_true", help="jobs run in a `tollgate jobs-worker` process"
     )
     parser.add_argument("--nice", type=int, default=10, help="the jobs worker's OS priority increment")
+    parser.add_argument("--idle", action="store_true", help="the jobs worker at SCHED_IDLE, not --nice")
+    parser.add_argument(
+        "--probe-upstream",
+        action="store_true",
+        help="also send the interactive load straight to the simulator: the upstream's share of the latency",
+    )
     parser.add_argument("--no-doc", action="store_true")
     args = parser.parse_args()
     with machine_lock():
         result = run(args)
-    result.update(connections=args.connections, rate=args.rate, job_worker=args.job_worker, nice=args.nice)
+    result.update(connections=args.connections, rate=args.rate, job_worker=args.job_worker)
+    result.update(nice=args.nice, idle=args.idle)
     RESULTS_DIR.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     (RESULTS_DIR / f"jobs-{stamp}.json").write_text(json.dumps(result, indent=2))

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 _ensure_first_key(args.config, load_config(args.config), label="first")
             return _serve(args.config, args.host, args.port, args.workers)
         if args.command == "jobs-worker":
-            return run_jobs_worker(args.config, args.nice)
+            return run_jobs_worker(args.config, args.nice, args.idle)
         if args.command == "dev":
             return _dev(args.config, args.host, args.port, args.sim_port, args.sim_profile)
         if args.command == "keys":
@@ -122,6 +122,11 @@ def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     )
     _config_arg(jobs_worker)
     jobs_worker.add_argument("--nice", type=int, default=10, help="OS priority increment (default 10)")
+    jobs_worker.add_argument(
+        "--idle",
+        action="store_true",
+        help="the lowest CPU priority: Linux's SCHED_IDLE (runs only on an otherwise idle CPU)",
+    )
 
     dev = commands.add_parser("dev", help="run the gateway and a local upstream simulator")
     _config_arg(dev)

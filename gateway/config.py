@@ -436,6 +436,11 @@ class JobsConfig(_Strict):
     # `tollgate jobs-worker` processes (at a lower OS priority) run them.
     pull: bool = True
     concurrency: int = Field(32, ge=1, le=4096)  # jobs running at once in one worker process
+    # Of those, how many may be waiting on the upstream at once (default: all). An upstream
+    # that answers in order (one queue) makes an interactive request wait behind every job
+    # request sent before it: a low bound keeps that queue short, at the cost of the drain
+    # rate against a slow upstream (a job's upstream call then holds a slot the longer).
+    upstream_concurrency: int | None = Field(None, ge=1, le=4096)
     claim_batch: int = Field(16, ge=1, le=1000)  # jobs claimed per store round trip
     idle_poll_s: float = Field(0.25, gt=0)  # how often an idle worker looks for jobs
     visibility_s: float = Field(60.0, ge=1)  # a claim not extended for this long is taken over
@@ -446,6 +451,12 @@ class JobsConfig(_Strict):
     yield_to_sync: bool = (
         True  # a running job also waits, at each step, while a synchronous call is in flight
     )
+    # Every process of the host sees every gateway process's synchronous calls in flight (a
+    # shared file, one slot per process), so a `jobs-worker` yields to them too. The file:
+    # `host_load_file`, by default `<sqlite_path>.load` with the SQLite store; the Redis store
+    # needs it named (any path local to the host, the same for its gateways and workers).
+    share_sync_load: bool = True
+    host_load_file: str | None = None
     retry_base_s: float = Field(1.0, gt=0)  # backoff after a capacity error, doubling per attempt...
     retry_max_s: float = Field(60.0, gt=0)  # ...up to this, with jitter
     attempt_timeout_s: float | None = Field(
@@ -458,6 +469,15 @@ class JobsConfig(_Strict):
     webhook_retry_base_s: float = Field(1.0, gt=0)  # the wait after a failed delivery, doubling each time
     webhook_hosts: list[str] = ["*"]  # hosts webhook URLs may name ("*.example.com", "*": any public host)
     webhook_allow_private: bool = False  # allow http and private, loopback or link-local addresses
+
+    @property
+    def host_load_path(self) -> str | None:
+        """The host load file in force (None: each process sees only its own synchronous calls)."""
+        if not self.share_sync_load:
+            return None
+        if self.host_load_file:
+            return self.host_load_file
+        return f"{self.sqlite_path}.load" if self.store == "sqlite" else None
 
     @model_validator(mode="after")
     def _redis_needs_url(self) -> JobsConfig:

@@ -108,6 +108,7 @@ class GatewayASGI:
         self._in_flight = 0  # model calls under way
         self._idle = asyncio.Event()  # set while none is
         self._idle.set()
+        self._load_listeners: list[Callable[[int], None]] = []
 
     def begin_draining(self) -> None:
         """The server is stopping: from now on /readyz answers 503 and a new model call is
@@ -122,6 +123,10 @@ class GatewayASGI:
     async def idle(self) -> None:
         """Return once no model call is in flight."""
         await self._idle.wait()
+
+    def watch(self, listener: Callable[[int], None]) -> None:
+        """`listener(in_flight)` at each change of the model calls in flight."""
+        self._load_listeners.append(listener)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -233,12 +238,16 @@ class GatewayASGI:
     async def _counted(self, call: Awaitable[None]) -> None:
         self._in_flight += 1
         self._idle.clear()
+        for listener in self._load_listeners:
+            listener(self._in_flight)
         try:
             await call
         finally:
             self._in_flight -= 1
             if not self._in_flight:
                 self._idle.set()
+            for listener in self._load_listeners:
+                listener(self._in_flight)
 
     async def _ready(self, services: Services, send: Send, request_id: str) -> None:
         if self._draining:

@@ -9,6 +9,7 @@ from gateway.config import GatewayConfig, JobsConfig
 from gateway.exchange import Principal
 from gateway.jobs.api import JobsApi
 from gateway.jobs.counters import JobCounters
+from gateway.jobs.host_load import HostLoad
 from gateway.jobs.pull_gate import PullGate, SyncLoad, ThrottleWatch
 from gateway.jobs.records import QueueDepth
 from gateway.jobs.runner import JobRunner, RunnerSettings
@@ -48,10 +49,16 @@ class JobsParts:
     gate: PullGate
     webhooks: Webhooks
     pull: bool = True  # False: this process accepts jobs, a `tollgate jobs-worker` runs them
+    host_load: HostLoad | None = None  # the host's gateway processes' synchronous calls
 
     def start(self, load: SyncLoad) -> None:
-        """Once the server runs: pulling starts, gated by its synchronous calls."""
-        self.gate.attach(load)
+        """Once the server runs: pulling starts, gated by its synchronous calls and, with a
+        host load file, by those of the host's other gateway processes."""
+        if self.host_load is not None:
+            self.host_load.attach(load, publish=True)
+            self.gate.attach(self.host_load, self.host_load)
+        else:
+            self.gate.attach(load)
         if self.pull:
             self.runner.start()
 
@@ -59,6 +66,8 @@ class JobsParts:
         await self.runner.aclose()
         await self.webhooks.aclose()
         await self.store.aclose()
+        if self.host_load is not None:
+            self.host_load.close()
 
 
 def jobs_parts(
@@ -79,6 +88,7 @@ def jobs_parts(
     thawing = Thawing(plans.for_principal if plans is not None else None, redaction)
     settings = RunnerSettings(
         concurrency=jobs.concurrency,
+        upstream_concurrency=jobs.upstream_concurrency or jobs.concurrency,
         claim_batch=jobs.claim_batch,
         idle_poll_s=jobs.idle_poll_s,
         visibility_s=jobs.visibility_s,
@@ -94,7 +104,9 @@ def jobs_parts(
     runner = JobRunner(store, pipeline, thawing, gate, settings, tracer, hooks, counters)
     submitter = Submitter(pipeline, upstream_ids, tracer)
     api = JobsApi(store, submitter, runner, authenticate, jobs)
-    return JobsParts(store, runner, api, gate, hooks, jobs.pull)
+    path = jobs.host_load_path
+    host_load = HostLoad(path) if path is not None else None
+    return JobsParts(store, runner, api, gate, hooks, jobs.pull, host_load)
 
 
 class Jobs:

@@ -3,7 +3,9 @@
 A worker claims jobs only while fewer synchronous model calls than `limit` are in flight
 in it, and not for `pause_s` after an upstream throttled (a 429, Workers AI's 3040), seen
 by a synchronous request or a job alike: a burst of batch work must not be what pushes an
-upstream over its capacity while interactive requests need it.
+upstream over its capacity while interactive requests need it. With a host load file
+(gateway/jobs/host_load.py) both are the host's: every gateway process's calls in flight,
+and a pause any process of the host started.
 
 Jobs share the worker's event loop with synchronous requests, so a job already running
 would still take turns from them: with `yield_to_sync`, a running job also waits, at each
@@ -32,11 +34,30 @@ class SyncLoad(Protocol):
         """Return once no synchronous model call is in flight."""
         ...
 
+    def watch(self, listener: Callable[[int], None]) -> None:
+        """`listener(in_flight)` called at each change (the host load file publishes it)."""
+        ...
+
+
+class SharedThrottle(Protocol):
+    """Throttle pauses shared by the processes of a host (gateway/jobs/host_load.py)."""
+
+    def throttled(self, until: float) -> None:
+        """This process paused pulling until `until` (`time.time()`)."""
+        ...
+
+    def throttled_until(self) -> float:
+        """When the latest pause another process published ends (`time.time()`; 0: none)."""
+        ...
+
 
 class _NoLoad:
     in_flight = 0
 
     async def idle(self) -> None:
+        return None
+
+    def watch(self, listener: Callable[[int], None]) -> None:
         return None
 
 
@@ -54,9 +75,11 @@ class PullGate:
         self._clock = clock
         self._load: SyncLoad = _NoLoad()
         self._throttled_until = 0.0
+        self._shared: SharedThrottle | None = None
 
-    def attach(self, load: SyncLoad) -> None:
+    def attach(self, load: SyncLoad, shared: SharedThrottle | None = None) -> None:
         self._load = load
+        self._shared = shared
 
     async def step(self) -> None:
         """A running job's turn: at once when no synchronous call is in flight, else once none is."""
@@ -65,14 +88,18 @@ class PullGate:
 
     def throttled(self) -> None:
         self._throttled_until = self._clock() + self._pause_s
+        if self._shared is not None:
+            self._shared.throttled(time.time() + self._pause_s)
 
     def throttled_for(self) -> float:
-        """Seconds left of the pause after an upstream throttled (0: none); the policy input's
-        `capacity` reads it too (gateway/policy/defer.py)."""
-        return max(0.0, self._throttled_until - self._clock())
+        """Seconds left of the pause after an upstream throttled, here or in another process of
+        the host (0: none); the policy input's `capacity` reads it too (gateway/policy/defer.py)."""
+        own = self._throttled_until - self._clock()
+        shared = self._shared.throttled_until() - time.time() if self._shared is not None else 0.0
+        return max(0.0, own, shared)
 
     def allows(self) -> bool:
-        return self._load.in_flight < self._limit and self._clock() >= self._throttled_until
+        return self._load.in_flight < self._limit and self.throttled_for() == 0.0
 
 
 class ThrottleWatch:

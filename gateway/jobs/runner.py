@@ -52,6 +52,7 @@ _CLOSE_GRACE_S = 10.0  # on shutdown, jobs under way get this long to finish
 @dataclass(frozen=True, slots=True)
 class RunnerSettings:
     concurrency: int
+    upstream_concurrency: int  # of those, waiting on the upstream at once
     claim_batch: int
     idle_poll_s: float
     visibility_s: float
@@ -88,6 +89,7 @@ class JobRunner:
         self.worker = f"{os.uname().nodename}:{os.getpid()}:{os.urandom(3).hex()}"
         self.counters = counters if counters is not None else JobCounters()
         self._running: set[asyncio.Task[None]] = set()
+        self._upstream_slots = asyncio.Semaphore(settings.upstream_concurrency)
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._closing = False
@@ -204,8 +206,9 @@ class JobRunner:
                 raise results.JobCancelled("cancelled")
             if window_left <= 0:
                 raise results.JobExpired("expired")
-            await self._gate.step()
-            body = await self._answer(exchange, claim, document)
+            async with self._upstream_slots:
+                await self._gate.step()  # holding a slot: nothing is sent while it waits
+                body = await self._answer(exchange, claim, document)
             if body is None:  # handed to, or still pending in, the upstream's own queue
                 exchange.status = 202
                 trace.end(exchange)
