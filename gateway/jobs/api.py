@@ -19,6 +19,7 @@ from gateway.exchange import Endpoint, Principal
 from gateway.jobs import batch_output, results
 from gateway.jobs.api_types import ApiAnswer, ApiRequest
 from gateway.jobs.batches_api import BatchesApi
+from gateway.jobs.input_files import InputFiles
 from gateway.jobs.multipart import parse_form
 from gateway.jobs.records import JobState, StoredFile
 from gateway.jobs.runner import JobRunner
@@ -49,9 +50,11 @@ class JobsApi:
         runner: JobRunner,
         authenticate: Callable[[str | None], Principal],
         config: JobsConfig,
+        input_files: InputFiles,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
+        self._input_files = input_files
         self._submitter = submitter
         self._runner = runner
         self._authenticate = authenticate
@@ -150,10 +153,11 @@ class JobsApi:
             raise _no_file(file_id)
         if not content:
             return ApiAnswer(200, orjson.dumps(batch_output.file_object(stored)))
-        text_bytes = await self._store.file_content(tenant, file_id)
-        if text_bytes is None:
-            raise _no_file(file_id)
-        return ApiAnswer(200, text_bytes, content_type="application/jsonl")
+        # As OpenAI answers: an input file goes in, never back out (what is kept is its
+        # governed form, not what was uploaded).
+        raise InvalidRequest(
+            f"Not allowed to download files of purpose: {stored.purpose}.", code="download_not_allowed"
+        )
 
     async def _upload(self, request: ApiRequest, tenant: str) -> ApiAnswer:
         limit = self._config.max_file_bytes
@@ -174,17 +178,19 @@ class JobsApi:
             )
         if len(upload.content) > limit:
             raise _file_too_large(limit)
+        file_id = new_job_id("file").replace("_", "-", 1)
+        governed = await self._input_files.govern(file_id, upload.content, request.headers)
         now = self._clock()
         stored = StoredFile(
-            new_job_id("file").replace("_", "-", 1),
+            file_id,
             tenant,
             "batch",
             (upload.filename or "upload.jsonl")[:255],
-            len(upload.content),
+            len(upload.content),  # the size the client sent, as OpenAI reports it
             now,
             now + self._config.results_keep_s,
         )
-        await self._store.put_file(stored, upload.content)
+        await self._store.put_file(stored, governed)
         return ApiAnswer(200, orjson.dumps(batch_output.file_object(stored)))
 
 

@@ -9,6 +9,7 @@ from gateway.config import GatewayConfig, JobsConfig
 from gateway.exchange import Principal
 from gateway.jobs.api import JobsApi
 from gateway.jobs.counters import JobCounters
+from gateway.jobs.input_files import InputFiles
 from gateway.jobs.pull_gate import PullGate, SyncLoad, ThrottleWatch
 from gateway.jobs.records import QueueDepth
 from gateway.jobs.runner import JobRunner, RunnerSettings
@@ -93,7 +94,7 @@ def jobs_parts(
     hooks = Webhooks(store, sender, jobs)
     runner = JobRunner(store, pipeline, thawing, gate, settings, tracer, hooks, counters)
     submitter = Submitter(pipeline, upstream_ids, tracer)
-    api = JobsApi(store, submitter, runner, authenticate, jobs)
+    api = JobsApi(store, submitter, runner, authenticate, jobs, InputFiles(pipeline))
     return JobsParts(store, runner, api, gate, hooks, jobs.pull)
 
 
