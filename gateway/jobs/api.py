@@ -25,6 +25,7 @@ from gateway.jobs.records import JobState, StoredFile
 from gateway.jobs.runner import JobRunner
 from gateway.jobs.store import JobStore
 from gateway.jobs.submit import Submitter, new_job_id
+from gateway.jobs.webhook_destinations import WebhookDestinations
 from gateway.jobs.webhooks import DELIVERY_PREFIX
 from gateway.jobs.webhooks_api import WebhooksApi
 
@@ -51,6 +52,7 @@ class JobsApi:
         authenticate: Callable[[str | None], Principal],
         config: JobsConfig,
         input_files: InputFiles,
+        webhook_destinations: WebhookDestinations,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
@@ -61,7 +63,7 @@ class JobsApi:
         self._config = config
         self._clock = clock
         self._batches = BatchesApi(store, submitter, runner, config, clock)
-        self._webhooks = WebhooksApi(store, config, clock)
+        self._webhooks = WebhooksApi(store, webhook_destinations, clock)
 
     def serves(self, path: str) -> bool:
         return path.startswith(_PREFIXES)
@@ -98,7 +100,7 @@ class JobsApi:
         if head == "batches":
             return await self._batches.handle(request, tenant, parts[1:])
         if head == "webhooks":
-            return await self._webhooks.handle(request, tenant, parts[1:])
+            return await self._webhooks.handle(request, principal, parts[1:])
         raise NotFound(f"Unknown path {request.path}.", code="unknown_url")
 
     async def _async_job(self, request: ApiRequest, tenant: str, job_id: str) -> ApiAnswer:

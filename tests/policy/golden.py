@@ -24,7 +24,10 @@ ECONOMY_ROUTE = {
     "upstreams": ["gpu-pool", "local", "workers-ai"],
 }
 NO_REDACT = {"request": "off", "response": "off", "entities": []}
-DESTINATIONS = {"image_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]}}
+DESTINATIONS = {
+    "image_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]},
+    "webhook_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]},
+}
 
 
 def input_doc(**overrides: Any) -> dict[str, Any]:
