@@ -17,12 +17,29 @@ import orjson
 import pytest
 import redis
 
+from gateway.app import keyring_from, tenants_from
+from gateway.forward import Forwarder
+from gateway.jobs.batch_input import read_lines
+from gateway.jobs.input_files import InputFiles
+from gateway.pipeline import Pipeline, Stage
+from gateway.redaction.settings import RedactionSettings
+from gateway.redaction.state import RedactionCounters
+from gateway.stages.admit import Admit
+from gateway.stages.redact import Redact
 from simulator import RunningSimulator, SimConfig, Simulator
+from tests.harness import openai_upstream
 from tests.jobs.gateways import jobs_config
 from tests.metering.conftest import REDIS_URL, delete_prefix
 from tests.policy.gateway_setup import write_policy_dir
 from tests.redaction.corpus import GITHUB
-from tests.servers import OTHER_TENANT_KEY, TEST_KEY, UPSTREAM_KEY, RunningGateway, running_gateway
+from tests.servers import (
+    OTHER_TENANT_KEY,
+    TEST_KEY,
+    UPSTREAM_KEY,
+    RunningGateway,
+    gateway_config,
+    running_gateway,
+)
 
 EMAIL = "jane.roe.private@example.org"
 SECRETS = (EMAIL.encode(), GITHUB.encode())
@@ -203,3 +220,29 @@ def test_a_tokenizing_policy_stores_placeholders_and_the_output_keeps_them(
     sent = [str(r.body) for r in sim.requests if marker in str(r.body)]
     assert len(sent) == 1 and EMAIL not in sent[0]
     assert EMAIL.encode() not in deployment.stored_bytes()
+
+
+async def test_a_line_the_redaction_blocks_is_kept_as_its_error_and_the_rest_as_written() -> None:
+    """The upload's stages alone (admit, redact; no policy block: the config's redaction),
+    real ones, over a file whose first line carries a secret the tenant's mode blocks."""
+    config = gateway_config(
+        {"local": openai_upstream("http://127.0.0.1:9/v1")},
+        {"chat": [{"upstream": "local", "model": "sim-model"}]},
+        redaction={"request": "block", "response": "off", "entities": ["API_KEY"]},
+    )
+    stages: list[Stage] = [
+        Admit(keyring_from(config, tenants_from(config))),
+        Redact(RedactionSettings.from_config(config), RedactionCounters()),
+    ]
+    files = InputFiles(lambda: Pipeline(stages, Forwarder({}), (), ()))
+    content = b"\n".join(
+        [line("secret", f"my token is {GITHUB}"), b"", line("clean", "hello", url="/v1/chat/completions")]
+    )
+    stored = await files.govern("file-test", content, {"authorization": f"Bearer {TEST_KEY}"})
+    assert GITHUB.encode() not in stored
+    secret, clean = read_lines(stored, "/v1/chat/completions", 10)
+    assert secret.custom_id == "secret" and secret.body == b""
+    assert secret.error is not None and secret.error.status == 400
+    assert secret.error.code == "sensitive_data_blocked" and "GITHUB_TOKEN" in secret.error.message
+    assert clean.error is None and clean.line == 1
+    assert orjson.loads(clean.body) == orjson.loads(line("clean", "hello"))["body"]  # max_tokens as written
