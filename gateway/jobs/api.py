@@ -181,7 +181,9 @@ class JobsApi:
         if len(upload.content) > limit:
             raise _file_too_large(limit)
         file_id = new_job_id("file").replace("_", "-", 1)
-        governed = await self._input_files.govern(file_id, upload.content, request.headers)
+        governed = await self._input_files.govern(
+            file_id, upload.content, request.headers, self._config.max_batch_lines
+        )
         now = self._clock()
         stored = StoredFile(
             file_id,

@@ -65,11 +65,7 @@ def read_lines(content: bytes, endpoint: str, max_lines: int) -> list[BatchLine]
     if not raw_lines:
         raise InvalidRequest("The input file has no requests.", param="input_file_id", code="empty_file")
     if len(raw_lines) > max_lines:
-        raise InvalidRequest(
-            f"The input file has {len(raw_lines)} requests; a batch may have at most {max_lines}.",
-            param="input_file_id",
-            code="too_many_requests",
-        )
+        raise too_many_lines(len(raw_lines), max_lines, "input_file_id")
     seen: set[str] = set()
     lines = []
     for index, raw in enumerate(raw_lines):
@@ -83,6 +79,14 @@ def read_lines(content: bytes, endpoint: str, max_lines: int) -> list[BatchLine]
             seen.add(custom_id)
         lines.append(parsed)
     return lines
+
+
+def too_many_lines(count: int, max_lines: int, param: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"The input file has {count} requests; a batch may have at most {max_lines}.",
+        param=param,
+        code="too_many_requests",
+    )
 
 
 def read_request(index: int, raw: bytes) -> BatchLine:

@@ -42,8 +42,12 @@ class InputFiles:
     def __init__(self, pipeline: Callable[[], Pipeline]) -> None:
         self._pipeline = pipeline
 
-    async def govern(self, file_id: str, content: bytes, headers: Mapping[str, str]) -> bytes:
-        """The file as it may be stored, one line per non-empty line of `content`."""
+    async def govern(self, file_id: str, content: bytes, headers: Mapping[str, str], max_lines: int) -> bytes:
+        """The file as it may be stored, one line per non-empty line of `content`; a file of
+        more than `max_lines` requests (no batch could use it) is refused before any is decided."""
+        lines = batch_input.request_lines(content)
+        if len(lines) > max_lines:
+            raise batch_input.too_many_lines(len(lines), max_lines, "file")
         stages = [stage for stage in self._pipeline().stages if stage.name in GOVERNING_STAGES]
         kept_headers = {k: v for k, v in headers.items() if k not in _DROPPED_HEADERS}
         gate = asyncio.Semaphore(_AT_ONCE)
@@ -55,7 +59,6 @@ class InputFiles:
             async with gate:
                 return await _governed(stages, f"{file_id}:{index + 1}", line, kept_headers)
 
-        lines = batch_input.request_lines(content)
         stored = await asyncio.gather(*(one(index, raw) for index, raw in enumerate(lines)))
         return b"".join(line + b"\n" for line in stored)
 

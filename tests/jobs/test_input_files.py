@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from gateway.app import keyring_from, tenants_from
+from gateway.errors import InvalidRequest
 from gateway.forward import Forwarder
 from gateway.jobs.batch_input import read_lines
 from gateway.jobs.input_files import InputFiles
@@ -238,7 +239,8 @@ async def test_a_line_the_redaction_blocks_is_kept_as_its_error_and_the_rest_as_
     content = b"\n".join(
         [line("secret", f"my token is {GITHUB}"), b"", line("clean", "hello", url="/v1/chat/completions")]
     )
-    stored = await files.govern("file-test", content, {"authorization": f"Bearer {TEST_KEY}"})
+    headers = {"authorization": f"Bearer {TEST_KEY}"}
+    stored = await files.govern("file-test", content, headers, max_lines=2)
     assert GITHUB.encode() not in stored
     secret, clean = read_lines(stored, "/v1/chat/completions", 10)
     assert secret.custom_id == "secret" and secret.body == b""
@@ -246,3 +248,6 @@ async def test_a_line_the_redaction_blocks_is_kept_as_its_error_and_the_rest_as_
     assert secret.error.code == "sensitive_data_blocked" and "GITHUB_TOKEN" in secret.error.message
     assert clean.error is None and clean.line == 1
     assert orjson.loads(clean.body) == orjson.loads(line("clean", "hello"))["body"]  # max_tokens as written
+    with pytest.raises(InvalidRequest) as refused:  # more than a batch may have: nothing decided
+        await files.govern("file-test", content + b"\n" + line("third", "hi"), headers, max_lines=2)
+    assert refused.value.code == "too_many_requests"
