@@ -59,7 +59,14 @@ class InputFiles:
             async with gate:
                 return await _governed(stages, f"{file_id}:{index + 1}", line, kept_headers)
 
-        stored = await asyncio.gather(*(one(index, raw) for index, raw in enumerate(lines)))
+        tasks = [asyncio.ensure_future(one(index, raw)) for index, raw in enumerate(lines)]
+        try:
+            stored = await asyncio.gather(*tasks)
+        except BaseException:  # the upload is refused: the lines still waiting are not decided
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         return b"".join(line + b"\n" for line in stored)
 
 

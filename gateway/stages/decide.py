@@ -109,7 +109,8 @@ class Decide:
                 exchange.decision_id,
                 exchange.request_id,
                 exchange.trace.trace_id,
-                principal,
+                principal.tenant.name if principal else None,
+                principal.key_id if principal else None,
                 policy_input.document,
                 outcome,
                 latency_ms,
@@ -144,12 +145,19 @@ class Decide:
         if self._audit is not None:
             latency_ms = round((self._clock() - started) * 1000, 3)
             decision_id = outcome.decision_id or Verbatim(os.urandom(16).hex())
-            document = policy_input.document
+            key_id = principal.key_id if principal is not None else None
             await self._audit.append(
                 _record(
-                    decision_id, request_id, None, principal, document, outcome, latency_ms, self._engine.name
+                    decision_id,
+                    request_id,
+                    None,
+                    tenant,
+                    key_id,
+                    policy_input.document,
+                    outcome,
+                    latency_ms,
+                    self._engine.name,
                 )
-                | {"tenant": tenant}
             )
         return outcome.decision
 
@@ -222,7 +230,8 @@ def _record(
     decision_id: str | None,
     request_id: str,
     trace_id: str | None,
-    principal: Principal | None,
+    tenant: str | None,
+    key_id: str | None,
     document: dict[str, Any],
     outcome: _Outcome,
     latency_ms: float,
@@ -234,8 +243,8 @@ def _record(
         "decision_id": decision_id,
         "request_id": request_id,
         "trace_id": trace_id,
-        "tenant": principal.tenant.name if principal else None,
-        "key_id": principal.key_id if principal else None,
+        "tenant": tenant,
+        "key_id": key_id,
         "policy_revision": outcome.revision,
         "input": document,
         "decision": outcome.raw,
@@ -243,7 +252,7 @@ def _record(
         "latency_ms": latency_ms,
         "cached": outcome.cached,
         "engine": engine,
-        "session_key": None,
+        "session_key": None,  # a request's own are set by its caller
         "workflow": None,
     }
 

@@ -17,8 +17,10 @@ import orjson
 import pytest
 import redis
 
+from adapters.policy.opa import OpaEngine
 from gateway.app import keyring_from, tenants_from
-from gateway.errors import InvalidRequest
+from gateway.config import PolicyConfig
+from gateway.errors import InvalidRequest, PolicyUnavailable
 from gateway.forward import Forwarder
 from gateway.jobs.batch_input import read_lines
 from gateway.jobs.input_files import InputFiles
@@ -26,12 +28,15 @@ from gateway.pipeline import Pipeline, Stage
 from gateway.redaction.settings import RedactionSettings
 from gateway.redaction.state import RedactionCounters
 from gateway.stages.admit import Admit
+from gateway.stages.decide import Decide
 from gateway.stages.redact import Redact
 from simulator import RunningSimulator, SimConfig, Simulator
 from tests.harness import openai_upstream
 from tests.jobs.gateways import jobs_config
 from tests.metering.conftest import REDIS_URL, delete_prefix
+from tests.policy.conftest import SHIPPED_POLICIES
 from tests.policy.gateway_setup import write_policy_dir
+from tests.policy.opa_server import opa_protocol_server
 from tests.redaction.corpus import GITHUB
 from tests.servers import (
     OTHER_TENANT_KEY,
@@ -251,3 +256,30 @@ async def test_a_line_the_redaction_blocks_is_kept_as_its_error_and_the_rest_as_
     with pytest.raises(InvalidRequest) as refused:  # more than a batch may have: nothing decided
         await files.govern("file-test", content + b"\n" + line("third", "hi"), headers, max_lines=2)
     assert refused.value.code == "too_many_requests"
+
+
+async def test_an_upload_no_decision_can_be_had_for_is_refused_whole() -> None:
+    """The policy engine failing (an OPA answering 503) is the gateway's failure, not the
+    lines': the upload is refused (and retried by the client), no line stored as refused."""
+    config = gateway_config(
+        {"local": openai_upstream("http://127.0.0.1:9/v1")},
+        {"chat": [{"upstream": "local", "model": "sim-model"}]},
+    )
+    content = b"\n".join(line(f"l{i}", f"line {i}") for i in range(40))
+    with opa_protocol_server(str(SHIPPED_POLICIES)) as opa:
+        opa.fail_status = 503
+        engine = OpaEngine(
+            PolicyConfig.model_validate(
+                {"dir": str(SHIPPED_POLICIES), "engine": "opa", "opa": {"url": opa.url, "timeout_ms": 2000}}
+            )
+        )
+        try:
+            stages: list[Stage] = [
+                Admit(keyring_from(config, tenants_from(config))),
+                Decide(engine, {"chat": ["local"]}, cache=None, audit=None, timeout_s=5),
+            ]
+            files = InputFiles(lambda: Pipeline(stages, Forwarder({}), (), ()))
+            with pytest.raises(PolicyUnavailable):
+                await files.govern("file-x", content, {"authorization": f"Bearer {TEST_KEY}"}, max_lines=100)
+        finally:
+            await engine.aclose()
