@@ -467,8 +467,10 @@ class JobsConfig(_Strict):
     webhook_timeout_s: float = Field(10.0, gt=0)
     webhook_attempts: int = Field(8, ge=1, le=50)  # deliveries tried, backing off from 1 s, before giving up
     webhook_retry_base_s: float = Field(1.0, gt=0)  # the wait after a failed delivery, doubling each time
-    webhook_hosts: list[str] = ["*"]  # hosts webhook URLs may name ("*.example.com", "*": any public host)
-    webhook_allow_private: bool = False  # allow http and private, loopback or link-local addresses
+    # The operator's bound on webhook URLs; the policy's destinations.webhook_url decides within
+    # it (gateway/jobs/webhook_destinations.py). Hosts: "*.example.com", "*": any public host.
+    webhook_hosts: list[str] = ["*"]
+    webhook_allow_private: bool = False  # true: a policy may allow private addresses it names
 
     @property
     def host_load_path(self) -> str | None:

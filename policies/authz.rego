@@ -20,7 +20,7 @@ decision := {
 	"reasons": reasons,
 	"tools": {"allowed": sort(allowed_tools), "on_violation": on_tool_violation},
 	"tool_args": tool_args,
-	"destinations": {"image_url": without_private_hosts(image_url_rule)},
+	"destinations": {"image_url": without_private_hosts(image_url_rule), "webhook_url": webhook_url_destination},
 	"redact": object.union(object.get(defaults, "redact", {}), object.get(tenant, "redact", {})),
 	"route": route,
 	"limits": limits,
@@ -37,6 +37,16 @@ allow if {
 	model_allowed
 	count(deny) == 0
 }
+
+# A decision on the tenant's webhook destinations (registering a URL, delivering an event)
+# names no model: the tenant is all it needs, and destinations.webhook_url says where.
+allow if {
+	known_tenant
+	webhooks_input
+	count(deny) == 0
+}
+
+webhooks_input if input.endpoint == "webhooks"
 
 reasons := sort(deny) if count(deny) > 0
 
@@ -75,6 +85,7 @@ model_allowed if input.model in tenant.models
 deny contains msg if {
 	known_tenant
 	not model_allowed
+	not webhooks_input
 	msg := concat("", ["model ", model_name, " is not allowed for tenant ", tenant_name])
 }
 
@@ -150,6 +161,22 @@ default_image_url_rule := object.get(
 )
 
 image_url_rule := object.get(object.get(tenant, "destinations", {}), "image_url", default_image_url_rule)
+
+# Webhook URLs the tenant's completion events are delivered to (docs/async.md): the tenant's
+# rule, else the one in defaults, else any public host over https. Private hosts are
+# dropped unless the rule says allow_private: true (a receiver on the tenant's own network);
+# the gateway refuses private addresses the rule does not name, and its config
+# (jobs.webhook_hosts, jobs.webhook_allow_private) bounds whatever the policy allows.
+default_webhook_url_rule := object.get(
+	object.get(defaults, "destinations", {}), "webhook_url",
+	{"allowed_hosts": ["*"], "allowed_schemes": ["https"]},
+)
+
+webhook_url_rule := object.get(object.get(tenant, "destinations", {}), "webhook_url", default_webhook_url_rule)
+
+webhook_url_destination := webhook_url_rule if object.get(webhook_url_rule, "allow_private", false) == true
+
+webhook_url_destination := without_private_hosts(webhook_url_rule) if object.get(webhook_url_rule, "allow_private", false) != true
 
 # --- which upstreams may receive the data --------------------------------------------
 

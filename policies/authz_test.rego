@@ -242,6 +242,44 @@ test_a_tenant_narrows_image_hosts_without_private_ones if {
 	d.destinations.image_url.allowed_hosts == ["cdn.example.com"]
 }
 
+test_webhooks_may_point_at_any_public_https_host_by_default if {
+	d := authz.decision with input.tenant as "demo"
+		with input.endpoint as "webhooks"
+		with input.model as null
+		with input.upstreams as []
+	d.allow
+	d.destinations.webhook_url == {"allowed_hosts": ["*"], "allowed_schemes": ["https"]}
+}
+
+test_a_webhook_decision_needs_a_known_tenant if {
+	d := authz.decision with input.tenant as "nobody"
+		with input.endpoint as "webhooks"
+		with input.model as null
+		with input.upstreams as []
+	not d.allow
+}
+
+test_a_tenant_narrows_webhook_hosts_without_private_ones if {
+	rule := {"allowed_hosts": ["hooks.example.com", "127.0.0.1", "localhost"], "allowed_schemes": ["https"]}
+	d := authz.decision with input.tenant as "t"
+		with input.endpoint as "webhooks"
+		with input.model as null
+		with input.upstreams as []
+		with data.tenants.t as {"models": ["m"], "destinations": {"webhook_url": rule}}
+	d.allow
+	d.destinations.webhook_url.allowed_hosts == ["hooks.example.com"]
+}
+
+test_a_tenant_may_name_private_webhook_hosts_explicitly if {
+	rule := {"allowed_hosts": ["127.0.0.1"], "allowed_schemes": ["http"], "allow_private": true}
+	d := authz.decision with input.tenant as "t"
+		with input.endpoint as "webhooks"
+		with input.model as null
+		with input.upstreams as []
+		with data.tenants.t as {"models": ["m"], "destinations": {"webhook_url": rule}}
+	d.destinations.webhook_url == rule
+}
+
 test_a_session_gets_the_limits_its_data_gives if {
 	d := authz.decision with input.tenant as "demo"
 		with input.model as "kimi-k2.6"

@@ -19,11 +19,13 @@ from gateway.exchange import Endpoint, Principal
 from gateway.jobs import batch_output, results
 from gateway.jobs.api_types import ApiAnswer, ApiRequest
 from gateway.jobs.batches_api import BatchesApi
+from gateway.jobs.input_files import InputFiles
 from gateway.jobs.multipart import parse_form
 from gateway.jobs.records import JobState, StoredFile
 from gateway.jobs.runner import JobRunner
 from gateway.jobs.store import JobStore
 from gateway.jobs.submit import Submitter, new_job_id
+from gateway.jobs.webhook_destinations import WebhookDestinations
 from gateway.jobs.webhooks import DELIVERY_PREFIX
 from gateway.jobs.webhooks_api import WebhooksApi
 
@@ -49,16 +51,19 @@ class JobsApi:
         runner: JobRunner,
         authenticate: Callable[[str | None], Principal],
         config: JobsConfig,
+        input_files: InputFiles,
+        webhook_destinations: WebhookDestinations,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
+        self._input_files = input_files
         self._submitter = submitter
         self._runner = runner
         self._authenticate = authenticate
         self._config = config
         self._clock = clock
         self._batches = BatchesApi(store, submitter, runner, config, clock)
-        self._webhooks = WebhooksApi(store, config, clock)
+        self._webhooks = WebhooksApi(store, webhook_destinations, clock)
 
     def serves(self, path: str) -> bool:
         return path.startswith(_PREFIXES)
@@ -95,7 +100,7 @@ class JobsApi:
         if head == "batches":
             return await self._batches.handle(request, tenant, parts[1:])
         if head == "webhooks":
-            return await self._webhooks.handle(request, tenant, parts[1:])
+            return await self._webhooks.handle(request, principal, parts[1:])
         raise NotFound(f"Unknown path {request.path}.", code="unknown_url")
 
     async def _async_job(self, request: ApiRequest, tenant: str, job_id: str) -> ApiAnswer:
@@ -150,10 +155,11 @@ class JobsApi:
             raise _no_file(file_id)
         if not content:
             return ApiAnswer(200, orjson.dumps(batch_output.file_object(stored)))
-        text_bytes = await self._store.file_content(tenant, file_id)
-        if text_bytes is None:
-            raise _no_file(file_id)
-        return ApiAnswer(200, text_bytes, content_type="application/jsonl")
+        # As OpenAI answers: an input file goes in, never back out (what is kept is its
+        # governed form, not what was uploaded).
+        raise InvalidRequest(
+            f"Not allowed to download files of purpose: {stored.purpose}.", code="download_not_allowed"
+        )
 
     async def _upload(self, request: ApiRequest, tenant: str) -> ApiAnswer:
         limit = self._config.max_file_bytes
@@ -174,17 +180,21 @@ class JobsApi:
             )
         if len(upload.content) > limit:
             raise _file_too_large(limit)
+        file_id = new_job_id("file").replace("_", "-", 1)
+        governed = await self._input_files.govern(
+            file_id, upload.content, request.headers, self._config.max_batch_lines
+        )
         now = self._clock()
         stored = StoredFile(
-            new_job_id("file").replace("_", "-", 1),
+            file_id,
             tenant,
             "batch",
             (upload.filename or "upload.jsonl")[:255],
-            len(upload.content),
+            len(upload.content),  # the size the client sent, as OpenAI reports it
             now,
             now + self._config.results_keep_s,
         )
-        await self._store.put_file(stored, upload.content)
+        await self._store.put_file(stored, governed)
         return ApiAnswer(200, orjson.dumps(batch_output.file_object(stored)))
 
 

@@ -19,16 +19,16 @@ import orjson
 
 from gateway.config import JobsConfig
 from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound
-from gateway.exchange import Endpoint, Exchange
+from gateway.exchange import Exchange
 from gateway.jobs import batch_input, batch_output, results
 from gateway.jobs.api_types import ApiAnswer, ApiRequest
+from gateway.jobs.batch_input import ENDPOINTS
 from gateway.jobs.records import BatchView, JobResult, NewBatch, NewJob
 from gateway.jobs.runner import JobRunner
 from gateway.jobs.store import JobStore
 from gateway.jobs.submit import Submitter, new_job_id
 from gateway.validation import parse_json_object
 
-ENDPOINTS = {"/v1/chat/completions": Endpoint.CHAT, "/v1/embeddings": Endpoint.EMBEDDINGS}
 WINDOWS = {"24h": 86_400.0}
 _PREPARE_AT_ONCE = 16  # lines going through the request stages together
 _MAX_METADATA = 16

@@ -10,18 +10,21 @@ from gateway.exchange import Principal
 from gateway.jobs.api import JobsApi
 from gateway.jobs.counters import JobCounters
 from gateway.jobs.host_load import HostLoad
+from gateway.jobs.input_files import InputFiles
 from gateway.jobs.pull_gate import PullGate, SyncLoad, ThrottleWatch
 from gateway.jobs.records import QueueDepth
 from gateway.jobs.runner import JobRunner, RunnerSettings
 from gateway.jobs.snapshot import Thawing
 from gateway.jobs.store import JobStore
 from gateway.jobs.submit import Submitter
+from gateway.jobs.webhook_destinations import WebhookDestinations
 from gateway.jobs.webhooks import Webhooks
 from gateway.metering.plan import MeterPlans
 from gateway.pipeline import Pipeline
 from gateway.ports import WebhookSender
 from gateway.redaction.settings import RedactionSettings
 from gateway.request_ids import UpstreamIds
+from gateway.stages.decide import Decide
 from gateway.tracing import Tracer
 
 JobsMetrics = tuple[Callable[[], Awaitable[list[QueueDepth]]], JobCounters]
@@ -100,13 +103,19 @@ def jobs_parts(
         results_keep_s=jobs.results_keep_s,
         webhook_attempts=jobs.webhook_attempts,
     )
-    hooks = Webhooks(store, sender, jobs)
+    destinations = WebhookDestinations(jobs, lambda: decide_stage(pipeline()))
+    hooks = Webhooks(store, sender, jobs, destinations)
     runner = JobRunner(store, pipeline, thawing, gate, settings, tracer, hooks, counters)
     submitter = Submitter(pipeline, upstream_ids, tracer)
-    api = JobsApi(store, submitter, runner, authenticate, jobs)
+    api = JobsApi(store, submitter, runner, authenticate, jobs, InputFiles(pipeline), destinations)
     path = jobs.host_load_path
     host_load = HostLoad(path) if path is not None else None
     return JobsParts(store, runner, api, gate, hooks, jobs.pull, host_load)
+
+
+def decide_stage(pipeline: Pipeline) -> Decide | None:
+    """The pipeline's policy decision stage (None without a policy block)."""
+    return next((stage for stage in pipeline.stages if isinstance(stage, Decide)), None)
 
 
 class Jobs:

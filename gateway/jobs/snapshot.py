@@ -152,7 +152,10 @@ def _decision_doc(decision: Decision) -> dict[str, Any]:
             tool: {path: _constraint_doc(rule) for path, rule in paths.items()}
             for tool, paths in decision.tool_args.items()
         },
-        "destinations": {"image_url": _constraint_doc(decision.destinations.image_url)},
+        "destinations": {
+            "image_url": _constraint_doc(decision.destinations.image_url),
+            "webhook_url": _constraint_doc(decision.destinations.webhook_url),
+        },
         "redact": _rules_doc(decision.redact),
         "route": {
             **({"upstreams": list(decision.route.upstreams)} if decision.route.upstreams is not None else {}),
@@ -175,6 +178,7 @@ def _constraint_doc(rule: ArgConstraint) -> dict[str, Any]:
         "allowed_schemes": list(rule.allowed_schemes),
         "allowed_path_prefixes": list(rule.allowed_path_prefixes),
         "required": rule.required,
+        "allow_private": rule.allow_private,
     }
 
 

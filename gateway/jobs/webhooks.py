@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -31,10 +32,14 @@ from typing import Any
 import orjson
 
 from gateway.config import JobsConfig
+from gateway.errors import GatewayError
 from gateway.jobs import snapshot
 from gateway.jobs.records import Claim, JobResult, JobState, NewJob, Webhook
 from gateway.jobs.store import JobStore
+from gateway.jobs.webhook_destinations import WebhookDestinations
 from gateway.ports import WebhookSender
+
+logger = logging.getLogger("tollgate.jobs")
 
 DELIVERY_PREFIX = "whk_"
 KIND = "webhook"
@@ -59,9 +64,11 @@ class Webhooks:
         store: JobStore,
         sender: WebhookSender,
         config: JobsConfig,
+        destinations: WebhookDestinations,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
+        self._destinations = destinations
         self._sender = sender
         self._config = config
         self._clock = clock
@@ -112,10 +119,24 @@ class Webhooks:
         await self._store.submit(deliveries)
 
     async def deliver(self, claim: Claim, document: dict[str, Any]) -> bool | None:
-        """Post the delivery: True when the receiver took it (2xx), False when it did not, None
-        when its webhook was deleted meanwhile (nothing to deliver to)."""
+        """Post the delivery: True when the receiver took it (2xx), False when it did not (or
+        the policy could not be asked), None when its webhook was deleted meanwhile or the
+        policy no longer lets it point where it does (nothing to deliver to)."""
         hook = next((h for h in await self._store.webhooks(claim.tenant) if h.id == document["hook"]), None)
         if hook is None:
+            return None
+        try:
+            refusal = await self._destinations.refusal(claim.tenant, None, hook.url, claim.id)
+        except GatewayError as exc:  # no decision now (the engine unavailable): a later attempt
+            logger.warning(
+                "webhook delivery waits for a policy decision", extra={"job_id": claim.id, "error": exc.code}
+            )
+            return False
+        if refusal is not None:
+            logger.warning(
+                "webhook delivery dropped: its URL is no longer allowed",
+                extra={"job_id": claim.id, "tenant": claim.tenant, "webhook": hook.id, "why": refusal},
+            )
             return None
         body = orjson.dumps(
             {

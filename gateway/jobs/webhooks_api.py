@@ -1,10 +1,9 @@
 """`/v1/webhooks`: a tenant registers the URLs its completion events go to.
 
-A URL must be one the tenant may send to, like any outbound destination: https, a host
-that `jobs.webhook_hosts` allows, and never a private, loopback or link-local address
-(gateway/tools/hosts.py), unless `jobs.webhook_allow_private` says otherwise (a receiver
-on the same network, or a test). The secret that signs the events is shown once, when the
-webhook is registered.
+A URL must be one the tenant may send to, like any outbound destination: the policy's
+`destinations.webhook_url` within the operator's bound (gateway/jobs/webhook_destinations.py),
+the decision logged; never a private, loopback or link-local address unless both allow it.
+The secret that signs the events is shown once, when the webhook is registered.
 """
 
 from __future__ import annotations
@@ -16,14 +15,14 @@ from typing import Any
 
 import orjson
 
-from gateway.config import JobsConfig
 from gateway.errors import InvalidRequest, MethodNotAllowed, NotFound
+from gateway.exchange import Principal
 from gateway.jobs.api_types import ApiAnswer, ApiRequest
 from gateway.jobs.records import Webhook
 from gateway.jobs.store import JobStore
+from gateway.jobs.webhook_destinations import WebhookDestinations
 from gateway.jobs.webhooks import new_secret
-from gateway.policy.decision import ArgConstraint
-from gateway.tools.destinations import check_url, has_unsafe_chars
+from gateway.tools.destinations import has_unsafe_chars
 from gateway.validation import parse_json_object
 
 _MAX_HOOKS = 16
@@ -31,17 +30,18 @@ _MAX_URL = 2048
 
 
 class WebhooksApi:
-    def __init__(self, store: JobStore, config: JobsConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, store: JobStore, destinations: WebhookDestinations, clock: Callable[[], float] = time.time
+    ) -> None:
         self._store = store
-        self._config = config
+        self._destinations = destinations
         self._clock = clock
-        schemes = ("https", "http") if config.webhook_allow_private else ("https",)
-        self._rule = ArgConstraint(allowed_hosts=tuple(config.webhook_hosts), allowed_schemes=schemes)
 
-    async def handle(self, request: ApiRequest, tenant: str, rest: list[str]) -> ApiAnswer:
+    async def handle(self, request: ApiRequest, principal: Principal, rest: list[str]) -> ApiAnswer:
+        tenant = principal.tenant.name
         if not rest and request.method == "POST":
             body = parse_json_object(await request.read_body(16 * 1024))
-            return _json(await self._register(tenant, body))
+            return _json(await self._register(principal, body, request.request_id))
         if not rest and request.method in ("GET", "HEAD"):
             hooks = await self._store.webhooks(tenant)
             return _json({"object": "list", "data": [_shown(hook) for hook in hooks]})
@@ -51,18 +51,14 @@ class WebhooksApi:
             return _json({"id": rest[0], "object": "webhook_endpoint.deleted", "deleted": True})
         raise MethodNotAllowed("Use POST or GET for /v1/webhooks, DELETE for /v1/webhooks/{id}.")
 
-    async def _register(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _register(self, principal: Principal, body: dict[str, Any], request_id: str) -> dict[str, Any]:
+        tenant = principal.tenant.name
         url = body.get("url")
         if not isinstance(url, str) or not url or len(url) > _MAX_URL or has_unsafe_chars(url):
             raise InvalidRequest("'url' must be an absolute URL.", param="url")
-        if not self._config.webhook_allow_private:
-            reason = check_url(url, self._rule)
-            if reason is not None:
-                raise InvalidRequest(
-                    f"This webhook URL is not allowed: it {reason}.", param="url", code="url_not_allowed"
-                )
-        elif not url.lower().startswith(("http://", "https://")):
-            raise InvalidRequest("'url' must be an http or https URL.", param="url", code="url_not_allowed")
+        refusal = await self._destinations.refusal(tenant, principal, url, request_id)
+        if refusal is not None:
+            raise InvalidRequest(refusal, param="url", code="url_not_allowed")
         if len(await self._store.webhooks(tenant)) >= _MAX_HOOKS:
             raise InvalidRequest(
                 f"A tenant may register at most {_MAX_HOOKS} webhooks.", code="too_many_webhooks"

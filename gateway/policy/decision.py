@@ -5,7 +5,8 @@ A policy answers with one JSON object (see docs/policies.md), for example:
     {"allow": true, "reasons": [],
      "tools": {"allowed": ["search", "fetch_url"], "on_violation": "strip"},
      "tool_args": {"fetch_url": {"url": {"allowed_hosts": ["*.example.com"]}}},
-     "destinations": {"image_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]}},
+     "destinations": {"image_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]},
+                      "webhook_url": {"allowed_hosts": ["hooks.example.com"]}},
      "redact": {"request": "tokenize", "response": "mask", "entities": ["EMAIL", "API_KEY"]},
      "route": {"upstreams": ["self-hosted"], "model_class": "frontier", "alias": "kimi-k2.6"},
      "limits": {"max_tokens": 4096, "tool_output_max_chars": 16000},
@@ -39,7 +40,9 @@ class ArgConstraint:
     """Where one tool argument (named by a dotted JSON path, e.g. "url" or "target.url") may point.
 
     Host patterns: an exact host, or "*.example.com" for any subdomain of example.com.
-    Private, loopback and link-local addresses are refused whatever the patterns say.
+    Private, loopback and link-local addresses are refused whatever the patterns say,
+    except where the rule may say `allow_private` (webhook URLs only): then such an address
+    passes when a pattern names it (never by "*").
     A required argument that is missing is a violation; an absent optional one passes.
     """
 
@@ -47,16 +50,19 @@ class ArgConstraint:
     allowed_schemes: tuple[str, ...] = ("https",)
     allowed_path_prefixes: tuple[str, ...] = ()
     required: bool = False
+    allow_private: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Destinations:
     """Where URLs in the request that the upstream fetches may point (data: URLs always may).
 
+    `webhook_url`: where the tenant's completion events may be delivered (gateway/jobs/).
     Without the policy's word, any public host over https.
     """
 
     image_url: ArgConstraint = ArgConstraint(allowed_hosts=("*",))
+    webhook_url: ArgConstraint = ArgConstraint(allowed_hosts=("*",))
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,11 +172,16 @@ def _tool_args(value: Any) -> dict[str, dict[str, ArgConstraint]]:
     return result
 
 
-def _arg_constraint(value: Any, where: str) -> ArgConstraint:
+def _arg_constraint(value: Any, where: str, private_allowed: bool = False) -> ArgConstraint:
     rule = _object(value, where)
     required = rule.get("required", False)
     if not isinstance(required, bool):
         raise MalformedDecision(f"{where}.required must be a boolean")
+    allow_private = rule.get("allow_private", False)
+    if not isinstance(allow_private, bool):
+        raise MalformedDecision(f"{where}.allow_private must be a boolean")
+    if allow_private and not private_allowed:
+        raise MalformedDecision(f"{where}.allow_private is only for destinations.webhook_url")
     return ArgConstraint(
         allowed_hosts=tuple(_strings(rule.get("allowed_hosts", []), f"{where}.allowed_hosts")),
         allowed_schemes=tuple(_strings(rule.get("allowed_schemes", ["https"]), f"{where}.allowed_schemes")),
@@ -178,15 +189,22 @@ def _arg_constraint(value: Any, where: str) -> ArgConstraint:
             _strings(rule.get("allowed_path_prefixes", []), f"{where}.allowed_path_prefixes")
         ),
         required=required,
+        allow_private=allow_private,
     )
 
 
 def _destinations(value: Any) -> Destinations:
     value = _object(value, "destinations")
-    image_url = value.get("image_url")
-    if image_url is None:
-        return Destinations()
-    return Destinations(image_url=_arg_constraint(image_url, "destinations.image_url"))
+    image_url, webhook_url = value.get("image_url"), value.get("webhook_url")
+    default = Destinations()
+    return Destinations(
+        image_url=default.image_url
+        if image_url is None
+        else _arg_constraint(image_url, "destinations.image_url"),
+        webhook_url=default.webhook_url
+        if webhook_url is None
+        else _arg_constraint(webhook_url, "destinations.webhook_url", private_allowed=True),
+    )
 
 
 def _redact(value: Any) -> RedactRules:

@@ -176,3 +176,29 @@ def _data_class(value: str | None) -> str | None:
             code="invalid_header",
         )
     return label
+
+
+WEBHOOKS_ENDPOINT = "webhooks"
+
+
+def webhook_input(tenant: str, key: tuple[str, str | None] | None, request_id: str) -> PolicyInput:
+    """The input document for a tenant's webhook destinations: registering a URL (`key`: the
+    caller's id and label) or delivering an event to it (`key` None: no caller). No model is
+    asked for; the decision's `destinations.webhook_url` is what the gateway reads."""
+    document: dict[str, Any] = {
+        "tenant": tenant,
+        "key": {"id": key[0], "label": key[1]} if key is not None else None,
+        "endpoint": WEBHOOKS_ENDPOINT,
+        "api": WEBHOOKS_ENDPOINT,
+        "model": None,
+        "upstreams": [],
+        "tools": [],
+        "stream": False,
+        "budget": BUDGET_OK,
+        "data_class": None,
+        "async": True,
+        "capacity": CAPACITY_OK,
+    }
+    key_bytes = orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+    document["request_id"] = request_id
+    return PolicyInput(document, key_bytes)

@@ -22,7 +22,7 @@ from gateway.output_limit import note_output_limit
 from gateway.policy.cache import DecisionCache
 from gateway.policy.decision import Decision, MalformedDecision, parse_decision
 from gateway.policy.defer import capacity_fact, deferred, defers
-from gateway.policy.input import BUDGET_OK, PolicyInput, build_input
+from gateway.policy.input import BUDGET_OK, PolicyInput, build_input, webhook_input
 from gateway.ports import AuditSink, EngineResult, PolicyEngine
 from gateway.redaction.scrub import Verbatim
 
@@ -105,7 +105,20 @@ class Decide:
         defer = decision.allow and defers(exchange, decision.defer)
         if self._audit is not None:
             latency_ms = round((self._clock() - started) * 1000, 3)
-            record = _record(exchange, policy_input.document, outcome, latency_ms, self._engine.name)
+            record = _record(
+                exchange.decision_id,
+                exchange.request_id,
+                exchange.trace.trace_id,
+                principal.tenant.name if principal else None,
+                principal.key_id if principal else None,
+                policy_input.document,
+                outcome,
+                latency_ms,
+                self._engine.name,
+            )
+            # The client's session (hashed), or the summarized one.
+            record["session_key"] = exchange.session_key
+            record["workflow"] = exchange.workflow
             record["deferred"] = defer
             await self._audit.append(record)
         if not decision.allow:
@@ -116,6 +129,37 @@ class Decide:
             self.counts.deferred += 1
             raise deferred(decision.retry_after_s, throttled_for, jobs=self._throttled_for is not None)
         _cap_max_tokens(exchange, decision)
+
+    async def for_webhooks(self, tenant: str, principal: Principal | None, request_id: str) -> Decision:
+        """The decision on a tenant's webhook destinations (gateway/jobs/webhook_destinations.py):
+        for registering a URL (`principal`: the caller) or delivering to it (None), recorded
+        in the decision log like a request's. The caller enforces it (allow, then
+        `destinations.webhook_url`)."""
+        key = (principal.key_id, principal.key_label) if principal is not None else None
+        policy_input = webhook_input(tenant, key, request_id)
+        started = self._clock()
+        outcome = self._from_cache(policy_input) or await self._from_engine(policy_input, request_id)
+        self.counts.decisions += 1
+        if not outcome.decision.allow:
+            self.counts.denied += 1
+        if self._audit is not None:
+            latency_ms = round((self._clock() - started) * 1000, 3)
+            decision_id = outcome.decision_id or Verbatim(os.urandom(16).hex())
+            key_id = principal.key_id if principal is not None else None
+            await self._audit.append(
+                _record(
+                    decision_id,
+                    request_id,
+                    None,
+                    tenant,
+                    key_id,
+                    policy_input.document,
+                    outcome,
+                    latency_ms,
+                    self._engine.name,
+                )
+            )
+        return outcome.decision
 
     def _from_cache(self, policy_input: PolicyInput) -> _Outcome | None:
         engine, cache = self._engine, self._cache
@@ -183,17 +227,24 @@ class Decide:
 
 
 def _record(
-    exchange: Exchange, document: dict[str, Any], outcome: _Outcome, latency_ms: float, engine: str
+    decision_id: str | None,
+    request_id: str,
+    trace_id: str | None,
+    tenant: str | None,
+    key_id: str | None,
+    document: dict[str, Any],
+    outcome: _Outcome,
+    latency_ms: float,
+    engine: str,
 ) -> dict[str, Any]:
-    principal = exchange.principal
     return {
         "v": RECORD_VERSION,
         "type": "decision",
-        "decision_id": exchange.decision_id,
-        "request_id": exchange.request_id,
-        "trace_id": exchange.trace.trace_id,
-        "tenant": principal.tenant.name if principal else None,
-        "key_id": principal.key_id if principal else None,
+        "decision_id": decision_id,
+        "request_id": request_id,
+        "trace_id": trace_id,
+        "tenant": tenant,
+        "key_id": key_id,
         "policy_revision": outcome.revision,
         "input": document,
         "decision": outcome.raw,
@@ -201,8 +252,8 @@ def _record(
         "latency_ms": latency_ms,
         "cached": outcome.cached,
         "engine": engine,
-        "session_key": exchange.session_key,  # the client's session (hashed), or the summarized one
-        "workflow": exchange.workflow,
+        "session_key": None,  # a request's own are set by its caller
+        "workflow": None,
     }
 
 

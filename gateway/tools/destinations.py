@@ -52,7 +52,7 @@ def check_url(value: str, rule: ArgConstraint) -> str | None:
     scheme = parts.scheme.lower()
     if scheme not in {s.lower() for s in rule.allowed_schemes}:
         return f"scheme {scheme!r} is not allowed"
-    reason = _check_authority(parts, rule.allowed_hosts)
+    reason = _check_authority(parts, rule.allowed_hosts, rule.allow_private)
     if reason is not None:
         return reason
     return check_path(parts.path or "/", rule.allowed_path_prefixes) if rule.allowed_path_prefixes else None
@@ -68,7 +68,9 @@ def _check_bare_host(value: str, rule: ArgConstraint) -> str | None:
     return _check_authority(parts, rule.allowed_hosts)
 
 
-def _check_authority(parts: SplitResult, patterns: tuple[str, ...]) -> str | None:
+def _check_authority(
+    parts: SplitResult, patterns: tuple[str, ...], allow_private: bool = False
+) -> str | None:
     if "@" in parts.netloc:
         return "destinations with credentials (user@host) are not allowed"
     try:
@@ -77,7 +79,7 @@ def _check_authority(parts: SplitResult, patterns: tuple[str, ...]) -> str | Non
         return f"{shown(parts.netloc)} {exc}"
     if not host:
         return "has no host"
-    return check_host(host, patterns)
+    return check_host(host, patterns, allow_private)
 
 
 def _host_and_port(netloc: str) -> str:

@@ -35,18 +35,21 @@ class InvalidHost(ValueError):
     pass
 
 
-def check_host(host: str, patterns: tuple[str, ...]) -> str | None:
-    """None when `host` (a name or an IP literal, without brackets) matches `patterns` and is public."""
+def check_host(host: str, patterns: tuple[str, ...], allow_private: bool = False) -> str | None:
+    """None when `host` (a name or an IP literal, without brackets) matches `patterns` and is
+    public; with `allow_private`, an address that is not public (or a local name) passes too
+    when a pattern other than "*" names it."""
     try:
         name, ip = _normalise(host)
     except InvalidHost:
         return f"host {shown(host)} is not a valid host name"
+    named = tuple(p for p in patterns if p != "*") if allow_private else ()
     if ip is not None:
         if not _is_public(ip):
-            return f"address {ip} is not public"
+            return None if any(_ip_matches(ip, p) for p in named) else f"address {ip} is not public"
         return None if any(_ip_matches(ip, p) for p in patterns) else f"host {str(ip)!r} is not allowed"
     if name == "localhost" or name.endswith(".localhost"):
-        return f"host {name!r} is local"
+        return None if any(_name_matches(name, p) for p in named) else f"host {name!r} is local"
     return None if any(_name_matches(name, p) for p in patterns) else f"host {shown(name)} is not allowed"
 
 

@@ -1,14 +1,18 @@
-"""Webhooks: a tenant registers a URL, a finished job's event reaches it signed (Standard
-Webhooks), and a receiver that fails twice still gets it. A real receiver over loopback."""
+"""Webhooks: a tenant registers a URL its policy allows, a finished job's event reaches it
+signed (Standard Webhooks), and a receiver that fails twice still gets it. A real receiver
+over loopback, which the test policy names for tenant alpha (private addresses are refused
+unless the policy names them); the shipped Rego policy decides, each decision logged."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import hmac
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -16,16 +20,23 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import yaml
 
 from adapters.state.sqlite_jobs import SQLiteJobStore
 from gateway.config import JobsConfig
 from gateway.errors import InvalidRequest
+from gateway.exchange import Principal, Tenant
 from gateway.jobs.api_types import ApiRequest
+from gateway.jobs.webhook_destinations import WebhookDestinations
+from gateway.jobs.webhooks import DELIVERY_PREFIX
 from gateway.jobs.webhooks_api import WebhooksApi
 from simulator import RunningSimulator, SimConfig, Simulator
 from tests.harness import eventually, openai_error
 from tests.jobs.gateways import OTHER, auth, jobs_config, poll_job
+from tests.policy.gateway_setup import write_policy_dir
 from tests.servers import UPSTREAM_KEY, RunningGateway, running_gateway
+
+ALPHA = Principal(Tenant("alpha"), "k-alpha", "tests")
 
 
 class Receiver:
@@ -64,10 +75,47 @@ def sim() -> Iterator[RunningSimulator]:
     running.stop()
 
 
+LOOPBACK_HOOKS = {"allowed_hosts": ["127.0.0.1"], "allowed_schemes": ["http"], "allow_private": True}
+POLICY_TENANTS: dict[str, Any] = {
+    "alpha": {"models": ["*"], "destinations": {"webhook_url": LOOPBACK_HOOKS}},
+    # Host A, not host B; no private address (the shipped default would allow any public host).
+    "beta": {
+        "models": ["chat"],
+        "destinations": {"webhook_url": {"allowed_hosts": ["hooks.a.example"], "allowed_schemes": ["https"]}},
+    },
+}
+
+
+def policy_gateway(
+    sim: RunningSimulator, root: Path, policy_dir: Path, **jobs: Any
+) -> AbstractContextManager[RunningGateway]:
+    config = jobs_config(
+        sim,
+        root,
+        jobs={"webhook_allow_private": True, "webhook_retry_base_s": 0.05, **jobs},
+        policy={"dir": str(policy_dir), "state_dir": str(root / "policy-state")},
+        audit={"path": str(root / "audit.jsonl"), "fsync": "never", "flush_interval_ms": 0},
+    )
+    return running_gateway(config)
+
+
+def decisions(root: Path) -> list[dict[str, Any]]:
+    text = (root / "audit.jsonl").read_bytes()
+    records = [orjson.loads(line) for line in text.splitlines() if line.strip()]
+    return [r for r in records if r.get("type") == "decision" and r["input"]["endpoint"] == "webhooks"]
+
+
 @pytest.fixture(scope="module")
-def gateway(sim: RunningSimulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
-    jobs = {"webhook_allow_private": True, "webhook_retry_base_s": 0.05}
-    with running_gateway(jobs_config(sim, tmp_path_factory.mktemp("webhooks"), jobs=jobs)) as running:
+def gateway_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("webhooks")
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    sim: RunningSimulator, gateway_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningGateway]:
+    policy_dir = write_policy_dir(tmp_path_factory.mktemp("policy") / "policies", POLICY_TENANTS)
+    with policy_gateway(sim, gateway_root, policy_dir) as running:
         yield running
 
 
@@ -136,22 +184,93 @@ def test_a_finished_job_is_delivered_signed_even_to_a_receiver_that_fails_twice(
     ],
 )
 async def test_a_webhook_url_must_be_an_allowed_public_destination(tmp_path: Path, url: str) -> None:
+    """Without a policy block: any public host over https, within the config's bound."""
     store = SQLiteJobStore(tmp_path / "jobs.db")
-    api = WebhooksApi(store, JobsConfig(webhook_hosts=["*.example.com"]))
+    api = WebhooksApi(store, WebhookDestinations(JobsConfig(webhook_hosts=["*.example.com"]), lambda: None))
 
     async def read(limit: int) -> bytes:
         return orjson.dumps({"url": url})
 
     try:
         with pytest.raises(InvalidRequest) as refused:
-            await api.handle(ApiRequest("POST", "/v1/webhooks", "", {}, "r1", read), "alpha", [])
+            await api.handle(ApiRequest("POST", "/v1/webhooks", "", {}, "r1", read), ALPHA, [])
         assert refused.value.param == "url"
         assert await store.webhooks("alpha") == []
 
         async def good(limit: int) -> bytes:
             return orjson.dumps({"url": "https://hooks.example.com/x"})
 
-        answer = await api.handle(ApiRequest("POST", "/v1/webhooks", "", {}, "r2", good), "alpha", [])
+        answer = await api.handle(ApiRequest("POST", "/v1/webhooks", "", {}, "r2", good), ALPHA, [])
         assert orjson.loads(answer.body)["url"] == "https://hooks.example.com/x"
     finally:
         await store.aclose()
+
+
+def test_the_policy_allows_host_a_and_refuses_host_b_and_each_decision_is_logged(
+    gateway: RunningGateway, gateway_root: Path
+) -> None:
+    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+        allowed = http.post("/v1/webhooks", json={"url": "https://hooks.a.example/events"}, headers=OTHER)
+        assert allowed.status_code == 200, allowed.text
+        refused = openai_error(
+            http.post("/v1/webhooks", json={"url": "https://hooks.b.example/events"}, headers=OTHER), 400
+        )
+        assert refused["code"] == "url_not_allowed" and refused["param"] == "url"
+        assert "policy" in refused["message"] and "hooks.b.example" in refused["message"]
+        # The config lets private addresses through to the policy; beta's policy names none.
+        for private in ("http://127.0.0.1:9/x", "https://10.1.2.3/x", "https://localhost/x"):
+            error = openai_error(http.post("/v1/webhooks", json={"url": private}, headers=OTHER), 400)
+            assert error["code"] == "url_not_allowed"
+        assert [h["url"] for h in http.get("/v1/webhooks", headers=OTHER).json()["data"]] == [
+            "https://hooks.a.example/events"
+        ]
+        http.delete(f"/v1/webhooks/{allowed.json()['id']}", headers=OTHER)
+    logged = [r for r in decisions(gateway_root) if r["tenant"] == "beta"]
+    assert len(logged) >= 5
+    assert all(r["allow"] is True and r["input"]["key"]["id"] for r in logged)
+    assert logged[-1]["decision"]["destinations"]["webhook_url"]["allowed_hosts"] == ["hooks.a.example"]
+
+
+def test_a_delivery_asks_the_policy_again_and_is_dropped_once_the_url_is_no_longer_allowed(
+    sim: RunningSimulator, tmp_path: Path, receiver: Receiver
+) -> None:
+    policy_dir = write_policy_dir(tmp_path / "policies", POLICY_TENANTS)
+    root = tmp_path / "gateway"
+    root.mkdir()
+    with (
+        policy_gateway(sim, root, policy_dir) as running,
+        httpx.Client(base_url=running.url, timeout=30) as http,
+    ):
+        registered = http.post("/v1/webhooks", json={"url": receiver.url}, headers=auth())
+        assert registered.status_code == 200, registered.text
+        hook_id = registered.json()["id"]
+        # alpha's rule withdrawn: the shipped default (public https hosts only) applies.
+        data_file = policy_dir / "data.yaml"
+        data = yaml.safe_load(data_file.read_text())
+        data["tenants"]["alpha"].pop("destinations")
+        data_file.write_text(yaml.safe_dump(data, sort_keys=False))
+
+        def withdrawn() -> bool:
+            """The edited policy in force: the receiver's URL can no longer be registered."""
+            probe = http.post("/v1/webhooks", json={"url": receiver.url + "/probe"}, headers=auth())
+            if probe.status_code == 200:
+                http.delete(f"/v1/webhooks/{probe.json()['id']}", headers=auth())
+                return False
+            return bool(probe.json()["error"]["code"] == "url_not_allowed")
+
+        assert eventually(withdrawn, seconds=30)
+        body = {"model": "chat", "messages": [{"role": "user", "content": "tell me when done"}]}
+        accepted = http.post("/v1/chat/completions", json=body, headers={**auth(), "prefer": "respond-async"})
+        job_id = accepted.json()["id"]
+        assert poll_job(http, accepted.headers["location"], auth()).status_code == 200
+        delivery = f"{DELIVERY_PREFIX}{job_id}_{hook_id}"
+
+        def delivery_state() -> str | None:
+            with sqlite3.connect(root / "jobs.db") as db:
+                row = db.execute("SELECT state FROM jobs WHERE id = ?", (delivery,)).fetchone()
+            return row[0] if row else None
+
+        assert eventually(lambda: delivery_state() == "cancelled", seconds=30)
+    assert receiver.received == []
+    asked = [r for r in decisions(root) if r["request_id"] == delivery]
+    assert len(asked) == 1 and asked[0]["input"]["key"] is None and asked[0]["tenant"] == "alpha"

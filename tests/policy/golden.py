@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.policy.input import webhook_input
+
 DEMO_TOOLS = {"allowed": ["fetch_url", "get_weather", "search"], "on_violation": "strip"}
 DEMO_TOOL_ARGS = {
     "fetch_url": {
@@ -24,7 +26,10 @@ ECONOMY_ROUTE = {
     "upstreams": ["gpu-pool", "local", "workers-ai"],
 }
 NO_REDACT = {"request": "off", "response": "off", "entities": []}
-DESTINATIONS = {"image_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]}}
+DESTINATIONS = {
+    "image_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]},
+    "webhook_url": {"allowed_hosts": ["*"], "allowed_schemes": ["https"]},
+}
 
 
 def input_doc(**overrides: Any) -> dict[str, Any]:
@@ -190,5 +195,31 @@ GOLDEN: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         "normal work is not deferred while an upstream throttles",
         input_doc(capacity="throttled"),
         allowed(),
+    ),
+    (
+        "a webhook destination decision names no model and gets the tenant's webhook_url rule",
+        webhook_input("demo", ("k-0123456789ab", "ci"), "req-golden").document,
+        allowed(route={"upstreams": []}),
+    ),
+    (
+        "a webhook delivery's decision has no key",
+        webhook_input("demo", None, "whk_job_1_wh_1").document,
+        allowed(route={"upstreams": []}),
+    ),
+    (
+        "an unknown tenant's webhooks are denied",
+        webhook_input("nobody", None, "whk_job_1_wh_1").document,
+        {
+            "allow": False,
+            "reasons": ["tenant nobody is not known to the policy"],
+            "tools": {"allowed": [], "on_violation": "reject"},
+            "tool_args": {},
+            "destinations": DESTINATIONS,
+            "redact": NO_REDACT,
+            "route": {"upstreams": []},
+            "limits": LIMITS,
+            "session": {},
+            "defer": False,
+        },
     ),
 ]

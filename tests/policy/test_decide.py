@@ -258,3 +258,28 @@ async def test_deny_reasons_are_given_in_one_canonical_order(tmp_path: Path) -> 
     finally:
         await engine.aclose()
     assert caught.value.message == "Denied by policy: Zebra; model a; tenant z; éclair."
+
+
+async def test_a_webhook_destination_decision_is_recorded_and_names_no_model(rego_engine: RegoEngine) -> None:
+    sink = ListSink()
+    stage = decide(rego_engine, sink)
+    decision = await stage.for_webhooks("demo", DEMO, "req_register")
+    assert decision.allow
+    assert decision.destinations.webhook_url.allowed_hosts == ("*",)
+    assert decision.destinations.webhook_url.allowed_schemes == ("https",)
+    record = sink.records[-1]
+    assert (record["request_id"], record["tenant"], record["key_id"]) == ("req_register", "demo", DEMO.key_id)
+    assert record["input"]["endpoint"] == "webhooks" and record["input"]["model"] is None
+    delivery = await stage.for_webhooks("demo", None, "whk_job_1_wh_1")  # a delivery: no caller
+    assert delivery.allow and sink.records[-1]["key_id"] is None and sink.records[-1]["tenant"] == "demo"
+    unknown = await stage.for_webhooks("mallory", None, "whk_job_2_wh_2")
+    assert not unknown.allow and stage.counts.denied == 1
+    assert sink.records[-1]["allow"] is False
+
+
+async def test_a_webhook_destination_decision_fails_closed(
+    opa_engine: OpaEngine, opa: OpaProtocolServer
+) -> None:
+    opa.fail_status = 503
+    with pytest.raises(PolicyUnavailable):
+        await decide(opa_engine).for_webhooks("demo", DEMO, "req_register")

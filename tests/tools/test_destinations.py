@@ -356,3 +356,18 @@ def test_an_ipv6_host_must_be_bracketed() -> None:
 def test_huge_numbers_in_hosts_and_ports_are_refused_not_parsed(url: str) -> None:
     result = check_destination(url, ArgConstraint(allowed_hosts=("*",)))
     assert result is not None
+
+
+def test_private_addresses_pass_only_where_the_rule_allows_them_and_names_them() -> None:
+    named = ArgConstraint(
+        allowed_hosts=("127.0.0.1", "hooks.localhost", "[fd00::1]", "*"),
+        allowed_schemes=("http",),
+        allow_private=True,
+    )
+    for url in ("http://127.0.0.1:8080/hook", "http://hooks.localhost/x", "http://[fd00::1]/x"):
+        assert check_destination(url, named) is None
+        assert check_destination(url, ArgConstraint(named.allowed_hosts, ("http",))) is not None
+    # "*" stays "any public host": a private address the rule does not name is refused.
+    for url in ("http://10.0.0.2/x", "http://127.0.0.2/x", "http://localhost/x", "http://169.254.169.254/"):
+        assert check_destination(url, named) is not None
+    assert check_destination("http://public.example.org/x", named) is None

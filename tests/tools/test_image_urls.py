@@ -199,3 +199,16 @@ def test_an_image_url_that_is_not_a_string_is_a_400(
     assert error["code"] == "invalid_value"
     assert error["param"] == "messages[0].content[1].image_url.url"
     assert recorded(upstream, request_id) == []
+
+
+def test_webhook_urls_default_to_any_public_https_host_and_alone_may_allow_private_ones() -> None:
+    assert parse_decision({"allow": True}).destinations.webhook_url == ANY
+    rule = {"allowed_hosts": ["127.0.0.1"], "allowed_schemes": ["http"], "allow_private": True}
+    parsed = parse_decision({"allow": True, "destinations": {"webhook_url": rule}}).destinations.webhook_url
+    assert parsed == ArgConstraint(("127.0.0.1",), ("http",), allow_private=True)
+    with pytest.raises(MalformedDecision, match=r"image_url\.allow_private is only for"):
+        parse_decision({"allow": True, "destinations": {"image_url": rule}})
+    with pytest.raises(MalformedDecision, match=r"tool_args\.fetch\.url\.allow_private"):
+        parse_decision({"allow": True, "tool_args": {"fetch": {"url": rule}}})
+    with pytest.raises(MalformedDecision, match=r"webhook_url\.allow_private must be a boolean"):
+        parse_decision({"allow": True, "destinations": {"webhook_url": {**rule, "allow_private": "yes"}}})
