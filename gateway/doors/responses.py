@@ -150,16 +150,24 @@ async def finished(exchange: Exchange, output: list[dict[str, Any]], finish: str
     final["usage"] = usage(exchange.usage)
     if reason:
         final["incomplete_details"] = {"reason": reason}
-    if state.store and state.records is not None and exchange.principal is not None:
-        messages = [*state.history, *state.turn, *answer_messages(output)]
-        try:
-            await state.records.save(exchange.principal, state.response_id, StoredResponse(final, messages))
-        except GatewayError as exc:
-            logger.warning(
-                "response not stored", extra={"request_id": exchange.request_id, "error": exc.code}
-            )
-            final["store"] = False
+    if not await stored(exchange, final, output):
+        final["store"] = False
     return final
+
+
+async def stored(exchange: Exchange, final: dict[str, Any], output: list[dict[str, Any]]) -> bool:
+    """Stores the finished response when the client asked for it; False when that failed
+    (logged), True otherwise (stored, or nothing to store)."""
+    state: ResponsesState = exchange.door_state
+    if not (state.store and state.records is not None and exchange.principal is not None):
+        return True
+    messages = [*state.history, *state.turn, *answer_messages(output)]
+    try:
+        await state.records.save(exchange.principal, state.response_id, StoredResponse(final, messages))
+    except GatewayError as exc:
+        logger.warning("response not stored", extra={"request_id": exchange.request_id, "error": exc.code})
+        return False
+    return True
 
 
 def response_object(

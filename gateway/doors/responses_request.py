@@ -98,8 +98,9 @@ def chat_body(
     if body.get("metadata") is not None:
         obj(body["metadata"], "metadata")
     if body.get("stream"):
+        # No `stream_options.include_usage`: the gateway asks the upstream for usage itself and
+        # records it (UsageGuard); the encoders read it there, so the usage chunk never reaches them.
         out["stream"] = True
-        out["stream_options"] = {"include_usage": True}
     copy_extensions(body, out)
     return out
 

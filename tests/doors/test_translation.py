@@ -94,7 +94,6 @@ def test_a_messages_request_becomes_a_chat_request() -> None:
         "user": "u1",
         "reasoning_effort": "high",
         "stream": True,
-        "stream_options": {"include_usage": True},
         "x_sim": {"reply": "r"},
     }
 
