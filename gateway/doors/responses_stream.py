@@ -72,6 +72,8 @@ class ResponsesStream:
         "_delta_head",
         "_encoded",
         "_exchange",
+        "_fast",
+        "_fast_index",
         "_finish",
         "_items",
         "_kind",
@@ -92,6 +94,8 @@ class ResponsesStream:
         self._items: list[dict[str, Any]] = []  # finished output items
         self._encoded: list[bytes] = []  # the same, encoded
         self._kind: str | None = None  # the open item's type
+        self._fast: str | None = None  # what a chunk may add to the open item on the fast path
+        self._fast_index: Any = None  # the chat index of the open function call
         self._text: list[str] = []  # the open item's text or arguments so far
         self._call: dict[str, Any] = {}  # the open function call: chat index, ids, name
         self._finish: str | None = None
@@ -100,8 +104,8 @@ class ResponsesStream:
 
     def chunk(self, chunk: Chunk) -> bytes:
         choices = chunk.data.get("choices")
-        if self._kind is not None and choices:
-            more = continued(choices, _CONTINUED.get(self._kind), self._call.get("index"))
+        if self._fast is not None and choices:
+            more = continued(choices, self._fast, self._fast_index)
             if more is not None:  # the common case: more text, or more arguments, for the open item
                 sequence = self._sequence
                 self._sequence = sequence + 1
@@ -184,9 +188,14 @@ class ResponsesStream:
 
     def _start(self) -> None:
         self._started = True
-        invariant = response_object(self._state, self._exchange.model_alias, "in_progress", [])
-        for changing in ("status", "output", "incomplete_details", "usage", "error"):
-            del invariant[changing]
+        state = self._state
+        invariant = {
+            "id": state.response_id,
+            "object": "response",
+            "created_at": state.created_at,
+            "model": self._exchange.model_alias,
+            **state.echo,
+        }
         self._shell = orjson.dumps(invariant)[1:-1]
         begun = _BEGUN + self._shell + b"}}"
         self._emit_encoded("response.created", begun)
@@ -236,10 +245,13 @@ class ResponsesStream:
             self._close()
             self._call = {}
         self._kind = kind
+        self._fast = _CONTINUED.get(kind)
+        self._fast_index = self._call.get("index")
         self._text = []
-        prefix = {"message": "msg", "reasoning": "rs", "function_call": "fc"}[kind]
-        self._call["id"] = item_id = f"{prefix}_{secrets.token_hex(12)}"
         output_index = len(self._items)
+        # Item ids: the response's own random part and the item's place (unique, no syscall)
+        prefix = {"message": "msg", "reasoning": "rs", "function_call": "fc"}[kind]
+        self._call["id"] = item_id = f"{prefix}_{self._state.response_id[5:29]}{output_index:04x}"
         delta_kind = _DELTA_EVENTS[kind]
         if kind == "message":  # the common item: its events are templates around its (hex) id
             ident = item_id.encode()
@@ -294,4 +306,5 @@ class ResponsesStream:
         self._items.append(item)
         self._encoded.append(encoded)
         self._kind = None
+        self._fast = None
         self._text = []
