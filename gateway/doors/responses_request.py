@@ -34,7 +34,6 @@ from gateway.doors.fields import (
 
 _ROLES = ("user", "assistant", "system", "developer")  # a tuple: any JSON value can be looked up
 _REFUSED = {
-    "background": "Background responses",
     "conversation": "Conversations",
     "prompt": "Prompt templates",
 }
@@ -92,7 +91,7 @@ def chat_body(
     for name in ("user", "safety_identifier"):
         if body.get(name) is not None:
             out["user"] = text(body[name], name)
-    for name in ("store", "stream", "parallel_tool_calls"):
+    for name in ("store", "stream", "parallel_tool_calls", "background"):
         if body.get(name) is not None:
             boolean(body[name], name)
     if body.get("metadata") is not None:

@@ -323,6 +323,17 @@ def test_built_in_tools_are_refused_naming_them(doors_gateway: RunningGateway) -
     assert error["param"] == "tools"
 
 
+def test_background_without_async_jobs_is_refused_and_cancel_finds_nothing(oai: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="async jobs") as caught:
+        oai.responses.create(model="chat", input="hi", background=True)
+    assert caught.value.param == "background"
+    response = oai.responses.create(model="chat", input="hi")
+    with pytest.raises(openai.BadRequestError, match="background"):  # not a background response
+        oai.responses.cancel(response.id)
+    with pytest.raises(openai.NotFoundError):
+        oai.responses.cancel("resp_unknown")
+
+
 def test_models_retrieve_answers_for_the_keys_aliases(
     oai: openai.OpenAI, doors_gateway: RunningGateway
 ) -> None:
