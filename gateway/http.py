@@ -416,7 +416,11 @@ async def _door_route(
         raise NotFound(f"Unknown path {path}.", code="unknown_url")
     limit = services.max_body_bytes
     body = await services.door_routes.handle(
-        scope["method"], scope["path"], headers, lambda: _read_body(receive, headers, limit)
+        scope["method"],
+        scope["path"],
+        headers,
+        lambda: _read_body(receive, headers, limit),
+        scope.get("query_string", b"").decode("latin-1"),
     )
     await _send_json(send, 200, body, request_id)
 

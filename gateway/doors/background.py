@@ -88,7 +88,7 @@ class BackgroundResponses:
         else:  # failed, or its result is gone (kept for less time than the record)
             response["status"] = "failed"
             response["error"] = _error(view)
-        await self._records.save(principal, response["id"], StoredResponse(response, []))
+        await self._records.save(principal, response["id"], StoredResponse(response, [], stored.input))
         return response
 
 

@@ -21,6 +21,7 @@ import orjson
 
 from gateway.doors.base import StreamEncoder
 from gateway.doors.fields import text
+from gateway.doors.input_items import input_items
 from gateway.doors.openai import openai_error
 from gateway.doors.response_store import ResponseRecords, StoredResponse
 from gateway.doors.responses_request import chat_body, input_messages
@@ -62,6 +63,7 @@ class ResponsesState:
     history: list[dict[str, Any]]  # the stored conversation this one continues
     turn: list[dict[str, Any]]  # this turn's input, as chat messages
     records: ResponseRecords | None  # where it is stored, when `store`
+    input: Any = None  # the request's `input` as sent, listed as items once stored
 
 
 def _check_background(exchange: Exchange, store: bool, body: dict[str, Any]) -> None:
@@ -139,6 +141,7 @@ class ResponsesDoor:
             history=history,
             turn=turn,
             records=self.records,
+            input=body.get("input"),
         )
         return chat
 
@@ -199,7 +202,16 @@ class ResponsesDoor:
         for name in _UNSENT:
             value = echo[name]
             echo[name] = self._scrub(value) if self._scrub is not None and value is not None else None
-        return {"created_at": state.created_at, "echo": echo, "store": state.store, "lead": lead}
+        # Listed once (their ids), for the queued record and the finished one alike; the job
+        # keeps them scrubbed, or not at all
+        state.input = items = input_items(state.input)
+        return {
+            "created_at": state.created_at,
+            "echo": echo,
+            "store": state.store,
+            "lead": lead,
+            "input": self._scrub(items) if self._scrub is not None and state.store else [],
+        }
 
     def resume(self, exchange: Exchange, state: dict[str, Any] | None) -> None:
         assert state is not None  # job_state always keeps one
@@ -211,6 +223,7 @@ class ResponsesDoor:
             history=[],
             turn=exchange.body["messages"][state["lead"] :],
             records=self.records,
+            input=state.get("input", []),
         )
 
     async def accepted(self, exchange: Exchange) -> bytes:
@@ -219,7 +232,8 @@ class ResponsesDoor:
         state: ResponsesState = exchange.door_state
         queued = response_object(state, exchange.model_alias, "queued", [])
         assert state.records is not None and exchange.principal is not None  # background needs a store
-        await state.records.save(exchange.principal, state.response_id, StoredResponse(queued, []))
+        listed = input_items(state.input)
+        await state.records.save(exchange.principal, state.response_id, StoredResponse(queued, [], listed))
         return orjson.dumps(queued)
 
 
@@ -245,8 +259,9 @@ async def stored(exchange: Exchange, final: dict[str, Any], output: list[dict[st
     if not (state.store and state.records is not None and exchange.principal is not None):
         return True
     messages = [*state.history, *state.turn, *answer_messages(output)]
+    record = StoredResponse(final, messages, input_items(state.input))
     try:
-        await state.records.save(exchange.principal, state.response_id, StoredResponse(final, messages))
+        await state.records.save(exchange.principal, state.response_id, record)
     except GatewayError as exc:
         logger.warning("response not stored", extra={"request_id": exchange.request_id, "error": exc.code})
         return False

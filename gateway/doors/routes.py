@@ -1,6 +1,6 @@
 """The doors' routes beside their model calls: stored responses (`GET` and `DELETE
-/v1/responses/{id}`, `POST /v1/responses/{id}/cancel` for background ones),
-`POST /v1/messages/count_tokens`, and `GET /v1/models` and
+/v1/responses/{id}`, `POST /v1/responses/{id}/cancel` for background ones,
+`GET /v1/responses/{id}/input_items`), `POST /v1/messages/count_tokens`, and `GET /v1/models` and
 `/v1/models/{id}`, which both APIs' clients call (in Anthropic's format when the request
 carries `anthropic-version`).
 
@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from gateway.doors.background import BackgroundJobs, BackgroundResponses
+from gateway.doors.input_items import page
 from gateway.doors.messages import MessagesDoor
 from gateway.doors.messages_request import chat_body
 from gateway.doors.responses import ResponsesDoor, not_found
@@ -55,7 +56,12 @@ class DoorRoutes:
         return path in (COUNT_TOKENS, _MODELS_LIST) or path.startswith((_RESPONSES, _MODELS))
 
     async def handle(
-        self, method: str, path: str, headers: Mapping[str, str], body: Callable[[], Awaitable[bytes]]
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        body: Callable[[], Awaitable[bytes]],
+        query: str = "",
     ) -> bytes:
         if path == COUNT_TOKENS:
             _require(method, "POST", path)
@@ -70,8 +76,15 @@ class DoorRoutes:
             return self._model(principal, path[len(_MODELS) :], anthropic)
         principal = self._authenticate(self._responses.credential(headers))
         response_id, _, action = path[len(_RESPONSES) :].partition("/")
-        if not response_id or action not in ("", "cancel") or "/" in action:
+        if not response_id or action not in ("", "cancel", "input_items"):
             raise NotFound(f"Unknown path {path[:200]}.", code="unknown_url")
+        if action == "input_items":
+            _require(method, "GET", f"{_RESPONSES}{{id}}/input_items")
+            records = self._responses.records
+            stored = await records.load(principal, response_id) if records is not None else None
+            if stored is None:
+                raise not_found(response_id)
+            return orjson.dumps(page(stored.input, query))
         if action == "cancel":
             _require(method, "POST", f"{_RESPONSES}{{id}}/cancel")
             if self._background is None:

@@ -169,6 +169,8 @@ def test_background_is_governed_and_stored_redacted_at_submission(
     done = _settled(oai, queued.id)
     assert done.status == "completed"
     assert SECRET not in str(done.instructions) and SECRET not in str(done.metadata)
+    [item] = oai.responses.input_items.list(done.id).data
+    assert item.content[0].text == "mail [EMAIL] please"  # type: ignore[union-attr]
     assert SECRET not in str(_rows(jobs_dir / "responses.db", "SELECT * FROM responses"))
 
 
@@ -180,6 +182,8 @@ def test_a_queued_background_job_and_its_record_hold_the_request_redacted(
         assert queued.status == "queued"  # answered to its own client as sent, as a sync one is
         read = held.responses.retrieve(queued.id)
         assert SECRET not in str(read.instructions) and SECRET not in str(read.metadata)
+        [item] = held.responses.input_items.list(queued.id).data  # listed before it has run
+        assert item.content[0].text == "mail [EMAIL] please"  # type: ignore[union-attr]
         held.responses.cancel(queued.id)
     payloads = _rows(held_dir / "jobs.db", "SELECT payload FROM jobs WHERE payload IS NOT NULL")
     records = _rows(held_dir / "responses.db", "SELECT * FROM responses")
