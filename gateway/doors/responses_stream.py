@@ -32,7 +32,6 @@ from gateway.doors.responses import (
     INCOMPLETE,
     ResponsesState,
     call_item,
-    message_item,
     reasoning_item,
     response_object,
     stored,
@@ -66,6 +65,27 @@ _DELTA_EVENTS = {
 }
 
 
+def _head(kind: str) -> bytes:
+    """An event's bytes up to its sequence number."""
+    name = kind.encode()
+    return b'event: %s\ndata: {"type":"%s","sequence_number":' % (name, name)
+
+
+_HEADS = {
+    kind: _head(kind)
+    for kind in (
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    )
+}
+
+
 class ResponsesStream:
     __slots__ = (
         "_call",
@@ -75,7 +95,6 @@ class ResponsesStream:
         "_fast",
         "_fast_index",
         "_finish",
-        "_items",
         "_kind",
         "_out",
         "_sequence",
@@ -91,8 +110,7 @@ class ResponsesStream:
         self._sequence = 0
         self._started = False
         self._shell = b""  # the response object's invariant fields, encoded, without braces
-        self._items: list[dict[str, Any]] = []  # finished output items
-        self._encoded: list[bytes] = []  # the same, encoded
+        self._encoded: list[bytes] = []  # finished output items, encoded
         self._kind: str | None = None  # the open item's type
         self._fast: str | None = None  # what a chunk may add to the open item on the fast path
         self._fast_index: Any = None  # the chat index of the open function call
@@ -135,11 +153,12 @@ class ResponsesStream:
         counted = usage(self._exchange.usage)
         state = self._state
         if state.store:  # the record needs the whole object
-            final = response_object(state, self._exchange.model_alias, status, self._items)
+            items = orjson.loads(b"[%s]" % b",".join(self._encoded))
+            final = response_object(state, self._exchange.model_alias, status, items)
             final["usage"] = counted
             if reason:
                 final["incomplete_details"] = {"reason": reason}
-            if not await stored(self._exchange, final, self._items):
+            if not await stored(self._exchange, final, items):
                 final["store"] = False
                 self._emit(kind, {"response": final})
                 return self._flush()
@@ -174,9 +193,8 @@ class ResponsesStream:
 
     def _emit_encoded(self, kind: str, data: bytes) -> None:
         """An event whose fields (a JSON object, not empty) are already encoded."""
-        name = kind.encode()
-        head = b'event: %s\ndata: {"type":"%s","sequence_number":%d,' % (name, name, self._sequence)
-        self._out.append(head + data[1:] + b"\n\n")
+        head = _HEADS.get(kind) or _head(kind)
+        self._out.append(b"%s%d,%s\n\n" % (head, self._sequence, data[1:]))
         self._sequence += 1
 
     def _flush(self) -> bytes:
@@ -248,7 +266,7 @@ class ResponsesStream:
         self._fast = _CONTINUED.get(kind)
         self._fast_index = self._call.get("index")
         self._text = []
-        output_index = len(self._items)
+        output_index = len(self._encoded)
         # Item ids: the response's own random part and the item's place (unique, no syscall)
         prefix = {"message": "msg", "reasoning": "rs", "function_call": "fc"}[kind]
         self._call["id"] = item_id = f"{prefix}_{self._state.response_id[5:29]}{output_index:04x}"
@@ -279,18 +297,18 @@ class ResponsesStream:
         if kind is None:
             return
         item_id = self._call["id"]
-        output_index = len(self._items)
+        output_index = len(self._encoded)
         text = "".join(self._text)
         if kind == "message":
             ident = item_id.encode()
             text_json = orjson.dumps(text)
             part = _PART % text_json
             encoded = _MESSAGE % (ident, part)
-            item = message_item(item_id, text)
             self._emit_encoded("response.output_text.done", _TEXT_DONE % (ident, output_index, text_json))
             self._emit_encoded("response.content_part.done", _PART_DONE % (ident, output_index, part))
         else:
             where = {"item_id": item_id, "output_index": output_index}
+            item: dict[str, Any]
             if kind == "reasoning":
                 item = reasoning_item(item_id, text)
                 self._emit("response.reasoning_text.done", {**where, "content_index": 0, "text": text})
@@ -303,7 +321,6 @@ class ResponsesStream:
                 )
             encoded = orjson.dumps(item)
         self._emit_encoded("response.output_item.done", _ITEM_DONE % (output_index, encoded))
-        self._items.append(item)
         self._encoded.append(encoded)
         self._kind = None
         self._fast = None
