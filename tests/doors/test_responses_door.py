@@ -72,6 +72,12 @@ def test_the_stream_helper_accumulates_the_events(oai: openai.OpenAI, upstream: 
     assert final.status == "completed"
     assert final.usage is not None
     assert final.usage.output_tokens == 16
+    stored = oai.responses.retrieve(final.id)  # the record, written from the same items
+    assert stored.model_dump(exclude={"output"}) == final.model_dump(exclude={"output"})
+    assert [(i.id, i.type, i.status) for i in stored.output] == [
+        (i.id, i.type, i.status) for i in final.output
+    ]
+    assert stored.output_text == final.output_text
 
 
 def test_the_raw_stream_is_the_responses_event_sequence(
