@@ -5,10 +5,12 @@
 - translation (in process, the figure the target is on): for one request of each door, the
   door's own work: its body turned into the internal chat body (`Door.request`), and the
   guarded chat answer turned into its response (`Door.response`), or, streamed, its 16 text
-  chunks, finish and usage chunks into its events (`Door.stream`). The chat door's own work
+  chunks and its finish chunk into its events (`Door.stream`). The chat door's own work
   (nothing to translate, the chunks relayed as they came) is measured the same way, in the
   same rounds, and subtracted. The chunks arrive parsed, as the usage guard leaves them in
-  the pipeline. CPU time (`time.process_time`), medians of interleaved rounds.
+  the pipeline (which records the usage chunk and keeps it from clients that did not ask for
+  it: the doors do not ask, they read the recorded usage). CPU time (`time.process_time`),
+  medians of interleaved rounds.
 - end to end: one gateway worker in front of the simulator (zero-latency mode); the same
   conversation through each door in turn, sequentially on a keep-alive connection, non-streamed
   and streamed; the worker's CPU per request (utime + stime from /proc) for each door.
@@ -116,7 +118,6 @@ def _chunks() -> list[dict[str, Any]]:
         {**envelope, "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]} for w in WORDS
     ]
     out.append({**envelope, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-    out.append({**envelope, "choices": [], "usage": ANSWER["usage"]})
     return out
 
 
@@ -135,7 +136,6 @@ def _call_chunks() -> list[dict[str, Any]]:
         piece = {"tool_calls": [{"index": 0, "function": {"arguments": arguments[i : i + 4]}}]}
         out.append({**envelope, "choices": [{"index": 0, "delta": piece, "finish_reason": None}]})
     out.append({**envelope, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
-    out.append({**envelope, "choices": [], "usage": ANSWER["usage"]})
     return out
 
 
@@ -330,15 +330,15 @@ def main(argv: list[str] | None = None) -> int:
             "",
             *_table(e2e, target=False),
             "",
-            "Reading these: the first table is the translation itself (the target's measure), warm,",
-            "as a tight loop runs it; the second is what a door costs a running gateway, translation",
-            "included, and it is larger: a door runs a few hundred lines of Python more per request",
-            "(per stream: the lifecycle events, each block opened and closed; the Responses events",
-            "repeat the whole response three times), and on a loaded machine that code runs cold. A",
-            "loop that evicts the caches between calls measured the same door work at several times",
-            "its warm cost, which is the gap between the tables; the difference scales with the",
-            "machine's load (the chat door measured twice gives the noise floor). What each chunk",
-            "costs is kept small by the encoders' fast path (`gateway/doors/chunks.py`).",
+            "Reading these: the first table is the translation itself (the target's measure), warm, as a",
+            "tight loop runs it; the second is what a door costs a running gateway, translation included,",
+            "and it is larger: a door runs a few hundred lines of Python more per request (per stream:",
+            "the lifecycle events, each block opened and closed; the Responses events carry the whole",
+            "response three times, serialised once), and on a loaded machine that code runs cold. A loop",
+            "that evicts the caches between calls measured the same door work at several times its warm",
+            "cost, which is the gap between the tables; the difference scales with the machine's load",
+            "(the chat door measured twice gives the noise floor). What each chunk costs is kept small by",
+            "the encoders' fast path (`gateway/doors/chunks.py`).",
         ]
     )
     if not args.no_doc:

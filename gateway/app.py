@@ -170,12 +170,9 @@ def door_parts_from(
     models_for: Callable[[Principal], list[str]],
 ) -> DoorParts:
     store = build_response_store(config.responses)
-    records = (
-        ResponseRecords(store, config.responses.retention_s, scrubber_for(config).record)
-        if store is not None
-        else None
-    )
-    doors = build_doors(records)
+    scrub = scrubber_for(config).record
+    records = ResponseRecords(store, config.responses.retention_s, scrub) if store is not None else None
+    doors = build_doors(records, scrub)
     routes = DoorRoutes(
         authenticate,
         models_for,
@@ -335,6 +332,15 @@ def build_services(  # noqa: PLR0915
         if reloader is not None:
             background.append(asyncio.get_running_loop().create_task(reloader.run(), name="tollgate-config"))
         telemetry.metrics.start()
+        # Jobs take the pipeline and the keys in force when they run: a config edit swaps them.
+        jobs_api = jobs.assemble(
+            lambda: services.pipeline,
+            metering is not None,
+            lambda authorization: services.authenticate(authorization),  # noqa: PLW0108 (late-bound)
+            telemetry.tracer,
+            HttpWebhookSender(),
+            lasting.doors.doors,  # the doors translate the jobs that came through them
+        )
         services = Services(
             pipeline=assembled.pipeline,
             authenticate=assembled.admit.authenticate,
@@ -349,16 +355,9 @@ def build_services(  # noqa: PLR0915
             upstream_ids=upstream_ids,
             policy_readiness=(engine.name, engine.readiness) if engine is not None else None,
             doors=lasting.doors.doors,
-            door_routes=lasting.doors.routes,
+            door_routes=lasting.doors.routes.with_jobs(jobs_api),  # background responses' state
             admin_keys=assembled.admin_keys,
-            # Jobs take the pipeline and the keys in force when they run: a config edit swaps them.
-            jobs=jobs.assemble(
-                lambda: services.pipeline,
-                metering is not None,
-                lambda authorization: services.authenticate(authorization),  # noqa: PLW0108 (late-bound)
-                telemetry.tracer,
-                HttpWebhookSender(),
-            ),
+            jobs=jobs_api,
             attach_load=jobs.attach_load,  # after `assemble`, above
             sessions=assembled.sessions,
         )

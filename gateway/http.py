@@ -23,6 +23,7 @@ import orjson
 
 from gateway.doors.base import Door
 from gateway.doors.registry import Doors, openai_doors
+from gateway.doors.responses import ResponsesDoor
 from gateway.doors.routes import DoorRoutes
 from gateway.errors import (
     GatewayError,
@@ -33,7 +34,7 @@ from gateway.errors import (
     PayloadTooLarge,
     UnsupportedMediaType,
 )
-from gateway.exchange import Endpoint, Exchange, Principal
+from gateway.exchange import Exchange, Principal
 from gateway.jobs.api import JobsApi, prefers_async
 from gateway.jobs.api_types import ApiAnswer, ApiRequest
 from gateway.keystore.admin import PREFIX as ADMIN_KEYS
@@ -183,18 +184,7 @@ class GatewayASGI:
             raise GatewayError("The gateway is starting.", code="starting")
         door = services.doors.by_path.get(path)
         if door is not None:
-            if method != "POST":
-                raise MethodNotAllowed(f"Use POST for {path}.")
-            if self._draining:
-                raise _shutting_down()
-            # `Prefer: respond-async` with jobs on: queued now, answered later (gateway/jobs/);
-            # on the doors whose body is the internal request (the OpenAI ones)
-            jobs = services.jobs if door.api == door.endpoint.value and prefers_async(headers) else None
-            await (
-                _submit_async(jobs, services, door.endpoint, headers, request_id, receive, send)
-                if jobs is not None
-                else self._counted(self._model_call(services, door, headers, request_id, receive, send))
-            )
+            await self._door_call(services, door, method, headers, request_id, receive, send)
         elif path == "/v1/models" and services.door_routes is None:
             _require(method, "GET", path)
             principal = services.authenticate(headers.get("authorization"))
@@ -235,6 +225,40 @@ class GatewayASGI:
         else:  # a door's other routes (stored responses, count_tokens, a model), or nothing
             await _door_route(services, scope, headers, request_id, receive, send)
 
+    async def _door_call(
+        self,
+        services: Services,
+        door: Door,
+        method: str,
+        headers: dict[str, str],
+        request_id: str,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """A model call through a door: now, or, asked for, as an async job (gateway/jobs/)."""
+        path = door.path
+        if method != "POST":
+            raise MethodNotAllowed(f"Use POST for {path}.")
+        if self._draining:
+            raise _shutting_down()
+        jobs = services.jobs
+        if jobs is not None and prefers_async(headers):  # queued now, answered later (gateway/jobs/)
+            limit = services.max_body_bytes
+            body = _decoded(await _read_body(receive, headers, limit), headers, limit)
+            await _send_answer(send, await jobs.submit(door, headers, body, request_id), request_id)
+        elif jobs is not None and isinstance(door, ResponsesDoor):  # its own async form: `background`
+            limit = services.max_body_bytes
+            body = _decoded(await _read_body(receive, headers, limit), headers, limit)
+            if door.background(body):
+                answer = await jobs.submit(door, headers, body, request_id, door.accepted)
+                await _send_answer(send, answer, request_id)
+            else:
+                await self._counted(
+                    self._model_call(services, door, headers, request_id, receive, send, body)
+                )
+        else:
+            await self._counted(self._model_call(services, door, headers, request_id, receive, send))
+
     async def _counted(self, call: Awaitable[None]) -> None:
         self._in_flight += 1
         self._idle.clear()
@@ -270,6 +294,7 @@ class GatewayASGI:
         request_id: str,
         receive: Receive,
         send: Send,
+        raw_body: bytes | None = None,  # already read (and decoded)
     ) -> None:
         now = time.monotonic()
         exchange = Exchange(
@@ -288,8 +313,14 @@ class GatewayASGI:
         try:
             if "x-request-timeout" in headers:
                 exchange.deadline = now + _timeout(headers["x-request-timeout"], services.request_timeout_s)
-            exchange.raw_body = _decoded(
-                await _read_body(receive, headers, services.max_body_bytes), headers, services.max_body_bytes
+            exchange.raw_body = (
+                raw_body
+                if raw_body is not None
+                else _decoded(
+                    await _read_body(receive, headers, services.max_body_bytes),
+                    headers,
+                    services.max_body_bytes,
+                )
             )
             await pipeline.prepare(exchange)
             if exchange.replay_body is not None:  # an Idempotency-Key's stored response
@@ -394,7 +425,11 @@ async def _door_route(
         raise NotFound(f"Unknown path {path}.", code="unknown_url")
     limit = services.max_body_bytes
     body = await services.door_routes.handle(
-        scope["method"], scope["path"], headers, lambda: _read_body(receive, headers, limit)
+        scope["method"],
+        scope["path"],
+        headers,
+        lambda: _read_body(receive, headers, limit),
+        scope.get("query_string", b"").decode("latin-1"),
     )
     await _send_json(send, 200, body, request_id)
 
@@ -559,21 +594,6 @@ async def _send_page(send: Send, page: bytes, content_type: str, request_id: str
     ]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": page})
-
-
-async def _submit_async(
-    jobs: JobsApi,
-    services: Services,
-    endpoint: Endpoint,
-    headers: dict[str, str],
-    request_id: str,
-    receive: Receive,
-    send: Send,
-) -> None:
-    """`Prefer: respond-async`: the request's governance now, its answer later (gateway/jobs/)."""
-    limit = services.max_body_bytes
-    body = _decoded(await _read_body(receive, headers, limit), headers, limit)
-    await _send_answer(send, await jobs.submit(endpoint, headers, body, request_id), request_id)
 
 
 def _api_request(scope: Scope, headers: dict[str, str], request_id: str, receive: Receive) -> ApiRequest:

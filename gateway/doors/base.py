@@ -40,6 +40,7 @@ class Door(Protocol):
     api: str  # the API's name in policy input, logs, spans and metrics: "chat.completions", "messages", ...
     path: str  # the POST path it answers
     endpoint: Endpoint  # the internal request it produces
+    job_prefix: str  # its async jobs' ids start with this and "_": the id of the answer they give
 
     def credential(self, headers: Mapping[str, str]) -> str | None:
         """The Authorization value to authenticate with (a door may accept another header)."""
@@ -58,4 +59,13 @@ class Door(Protocol):
 
     def error(self, error: GatewayError) -> tuple[int, bytes]:
         """The status and body the door's clients expect for an error."""
+        ...
+
+    def job_state(self, exchange: Exchange) -> dict[str, Any] | None:
+        """What an async job keeps of the door's state (`exchange.door_state`), as JSON, once
+        the request stages ran: nothing the redaction would not let be stored."""
+        ...
+
+    def resume(self, exchange: Exchange, state: dict[str, Any] | None) -> None:
+        """The door's state again, on a job's attempt, from `job_state` and the stored body."""
         ...

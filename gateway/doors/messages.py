@@ -50,6 +50,7 @@ class MessagesDoor:
     api = "messages"
     path = PATH
     endpoint = Endpoint.CHAT
+    job_prefix = "msg"  # an async job's id is the id of the Message it answers
 
     def credential(self, headers: Mapping[str, str]) -> str | None:
         authorization = headers.get("authorization")
@@ -61,7 +62,7 @@ class MessagesDoor:
     async def request(self, body: dict[str, Any], exchange: Exchange) -> dict[str, Any]:
         chat = chat_body(body)
         exchange.door_state = MessagesState(
-            message_id=f"msg_{secrets.token_hex(12)}",
+            message_id=exchange.job_id or f"msg_{secrets.token_hex(12)}",
             thinking=thinking_effort(body.get("thinking")) is not None,
             stop_sequences=tuple(chat.get("stop", ())),
         )
@@ -77,6 +78,18 @@ class MessagesDoor:
 
     def error(self, error: GatewayError) -> tuple[int, bytes]:
         return anthropic_error(error)
+
+    def job_state(self, exchange: Exchange) -> dict[str, Any] | None:
+        state: MessagesState = exchange.door_state
+        return {"thinking": state.thinking}  # the stop sequences are in the stored body
+
+    def resume(self, exchange: Exchange, state: dict[str, Any] | None) -> None:
+        stop = exchange.body.get("stop")
+        exchange.door_state = MessagesState(
+            message_id=exchange.request_id,
+            thinking=bool(state and state.get("thinking")),
+            stop_sequences=tuple(stop) if isinstance(stop, list) else (),
+        )
 
 
 def message(exchange: Exchange, body: dict[str, Any]) -> dict[str, Any]:

@@ -88,8 +88,9 @@ def chat_body(body: dict[str, Any], *, for_count: bool = False) -> dict[str, Any
     if stream is not None and not isinstance(stream, bool):
         raise invalid("stream", "must be a boolean")
     if stream:
+        # No `stream_options.include_usage`: the gateway asks the upstream for usage itself and
+        # records it (UsageGuard); the encoders read it there, so the usage chunk never reaches them.
         out["stream"] = True
-        out["stream_options"] = {"include_usage": True}
     copy_extensions(body, out)
     return out
 

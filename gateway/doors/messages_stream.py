@@ -7,7 +7,8 @@
     error                                           a failure after the stream started
 
 A block is closed when the next one begins or the choice finishes. Only the first choice is
-translated (the door never asks for more).
+translated (the door never asks for more). The fixed events are byte templates around what
+changes (an index, the message's id and model, the stop reason and usage).
 """
 
 from __future__ import annotations
@@ -25,6 +26,21 @@ from gateway.exchange import Exchange
 from gateway.ports import Chunk
 
 _PING = named_event("ping", {"type": "ping"})
+_MESSAGE_START = (
+    b'event: message_start\ndata: {"type":"message_start","message":{"id":%s,"type":"message",'
+    b'"role":"assistant","model":%s,"content":[],"stop_reason":null,"stop_sequence":null,'
+    b'"usage":{"input_tokens":0,"output_tokens":0}}}\n\n'
+)
+_TEXT_START = (
+    b'event: content_block_start\ndata: {"type":"content_block_start","index":%d,'
+    b'"content_block":{"type":"text","text":""}}\n\n'
+)
+_BLOCK_STOP = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":%d}\n\n'
+_MESSAGE_DELTA = (
+    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":%s,"stop_sequence":%s},'
+    b'"usage":%s}\n\n'
+)
+_MESSAGE_STOP = named_event("message_stop", {"type": "message_stop"})
 _CONTINUED = {"text": "content", "tool_use": "arguments"}  # what a fast chunk may add to the open block
 _DELTAS = {  # a block's delta type and its text's field
     "text": (b"text_delta", b"text"),
@@ -70,17 +86,9 @@ class MessagesStream:
         out: list[bytes] = [] if self._started else [self._start()]
         self._close(out)
         reason, sequence = stop_reason(self._finish, self._state)
-        out.append(
-            named_event(
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                    "usage": usage(self._exchange.usage),
-                },
-            )
-        )
-        out.append(named_event("message_stop", {"type": "message_stop"}))
+        counted = orjson.dumps(usage(self._exchange.usage))
+        out.append(_MESSAGE_DELTA % (orjson.dumps(reason), orjson.dumps(sequence), counted))
+        out.append(_MESSAGE_STOP)
         return b"".join(out)
 
     def error(self, error: GatewayError) -> bytes:
@@ -89,18 +97,8 @@ class MessagesStream:
 
     def _start(self) -> bytes:
         self._started = True
-        exchange = self._exchange
-        message: dict[str, Any] = {
-            "id": self._state.message_id,
-            "type": "message",
-            "role": "assistant",
-            "model": exchange.model_alias,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
-        }
-        return named_event("message_start", {"type": "message_start", "message": message}) + _PING
+        model = orjson.dumps(self._exchange.model_alias)
+        return _MESSAGE_START % (orjson.dumps(self._state.message_id), model) + _PING
 
     def _delta(self, delta: dict[str, Any], out: list[bytes]) -> None:
         if self._state.thinking:
@@ -111,7 +109,7 @@ class MessagesStream:
         for field in ("content", "refusal"):
             text = delta.get(field)
             if isinstance(text, str) and text:
-                self._open("text", {"type": "text", "text": ""}, out)
+                self._open("text", None, out)
                 out.append(self._delta_head + orjson.dumps(text) + b"}}\n\n")
         for call in delta.get("tool_calls") or ():
             if isinstance(call, dict):
@@ -135,7 +133,8 @@ class MessagesStream:
         if isinstance(arguments, str) and arguments:
             out.append(self._delta_head + orjson.dumps(arguments) + b"}}\n\n")
 
-    def _open(self, kind: str, block: dict[str, Any], out: list[bytes]) -> None:
+    def _open(self, kind: str, block: dict[str, Any] | None, out: list[bytes]) -> None:
+        """Opens a block (`block` None: a text block, whose start is a template)."""
         if self._block == kind and kind != "tool_use":
             return
         if self._block is not None and kind != "tool_use":
@@ -145,6 +144,9 @@ class MessagesStream:
         self._delta_head = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,' % (
             self._next
         ) + b'"delta":{"type":"%s","%s":' % (delta_type, field)
+        if block is None:
+            out.append(_TEXT_START % self._next)
+            return
         out.append(
             named_event(
                 "content_block_start",
@@ -155,6 +157,6 @@ class MessagesStream:
     def _close(self, out: list[bytes]) -> None:
         if self._block is None:
             return
-        out.append(named_event("content_block_stop", {"type": "content_block_stop", "index": self._next}))
+        out.append(_BLOCK_STOP % self._next)
         self._block = None
         self._next += 1

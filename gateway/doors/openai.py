@@ -38,6 +38,8 @@ def openai_error(error: GatewayError) -> tuple[int, bytes]:
 
 
 class OpenAIDoor:
+    job_prefix = "job"
+
     def __init__(self, path: str, endpoint: Endpoint) -> None:
         self.path = path
         self.endpoint = endpoint
@@ -57,3 +59,9 @@ class OpenAIDoor:
 
     def error(self, error: GatewayError) -> tuple[int, bytes]:
         return openai_error(error)
+
+    def job_state(self, exchange: Exchange) -> dict[str, Any] | None:
+        return None
+
+    def resume(self, exchange: Exchange, state: dict[str, Any] | None) -> None:
+        return None

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from gateway.doors.base import Door
 from gateway.doors.messages import MessagesDoor
@@ -13,6 +13,7 @@ from gateway.doors.responses import ResponsesDoor
 from gateway.exchange import Endpoint
 
 _ANTHROPIC_HEADER = "anthropic-version"
+_ASYNC = "/v1/async/"  # gateway/jobs/api.py's ASYNC_PATH: a job polled there answers in its door's format
 D = TypeVar("D")
 
 
@@ -24,6 +25,16 @@ class Doors:
                 raise ValueError(f"two doors answer {door.path}")
             self.by_path[door.path] = door
         self._prefixes = sorted(self.by_path, key=len, reverse=True)
+        self._by_api = {door.api: door for door in self.by_path.values()}
+        self._by_job = {door.job_prefix + "_": door for door in self.by_path.values()}
+
+    def by_api(self, api: str) -> Door | None:
+        return self._by_api.get(api)
+
+    def for_job(self, job_id: str) -> Door | None:
+        """The door an async job came through, by its id's prefix."""
+        prefix, sep, _ = job_id.partition("_")
+        return self._by_job.get(prefix + sep)
 
     def find(self, kind: type[D]) -> D:
         """The door of this class (the composition root wires some doors' other routes)."""
@@ -39,6 +50,8 @@ class Doors:
         for prefix in self._prefixes:
             if path == prefix or path.startswith(prefix + "/"):
                 return self.by_path[prefix]
+        if path.startswith(_ASYNC):
+            return self.for_job(path[len(_ASYNC) :])
         if _ANTHROPIC_HEADER in headers:
             return next((d for d in self.by_path.values() if isinstance(d, MessagesDoor)), None)
         return None
@@ -51,11 +64,12 @@ def openai_doors() -> list[Door]:
     ]
 
 
-def build_doors(records: ResponseRecords | None) -> Doors:
+def build_doors(records: ResponseRecords | None, scrub: Callable[[Any], Any] | None = None) -> Doors:
+    """The doors; `scrub` redacts what a Responses job keeps that the body's redaction does not."""
     return Doors(
         [
             *openai_doors(),
-            ResponsesDoor(records),
+            ResponsesDoor(records, scrub),
             MessagesDoor(),
         ]
     )

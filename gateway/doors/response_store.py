@@ -1,8 +1,9 @@
 """Stored responses: what `previous_response_id`, `GET /v1/responses/{id}` and delete read.
 
-A record holds the response object as the client got it and the conversation up to and
+A record holds the response object as the client got it, the conversation up to and
 including it, as internal chat messages (without instructions, which OpenAI does not carry
-to the next turn either). Both are redacted with the scrubber of everything persisted before
+to the next turn either), and its request's input items (`GET /v1/responses/{id}/input_items`).
+All are redacted with the scrubber of everything persisted before
 they are written, so a stored conversation never holds what the decision log would not. The
 store key is a hash of the tenant and the response id: one tenant cannot read, continue or
 delete another's responses, and the id itself is not stored in the clear.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
@@ -40,6 +41,7 @@ class ResponseStore(Protocol):
 class StoredResponse:
     response: dict[str, Any]
     messages: list[dict[str, Any]]
+    input: list[dict[str, Any]] = field(default_factory=list)  # the request's input items
 
 
 def store_key(principal: Principal, response_id: str) -> str:
@@ -56,7 +58,7 @@ class ResponseRecords:
         self._scrub = scrub
 
     async def save(self, principal: Principal, response_id: str, record: StoredResponse) -> None:
-        data = self._scrub({"response": record.response, "messages": record.messages})
+        data = self._scrub({"response": record.response, "messages": record.messages, "input": record.input})
         await self._store.put(store_key(principal, response_id), orjson.dumps(data), self.retention_s)
 
     async def load(self, principal: Principal, response_id: str) -> StoredResponse | None:
@@ -64,7 +66,7 @@ class ResponseRecords:
         if raw is None:
             return None
         data = orjson.loads(raw)
-        return StoredResponse(data["response"], data["messages"])
+        return StoredResponse(data["response"], data["messages"], data.get("input", []))
 
     async def delete(self, principal: Principal, response_id: str) -> bool:
         return await self._store.delete(store_key(principal, response_id))

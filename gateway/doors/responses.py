@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +21,11 @@ import orjson
 
 from gateway.doors.base import StreamEncoder
 from gateway.doors.fields import text
+from gateway.doors.input_items import input_items
 from gateway.doors.openai import openai_error
 from gateway.doors.response_store import ResponseRecords, StoredResponse
 from gateway.doors.responses_request import chat_body, input_messages
-from gateway.errors import GatewayError, NotFound
+from gateway.errors import GatewayError, InvalidRequest, NotFound
 from gateway.exchange import Endpoint, Exchange, Usage
 
 logger = logging.getLogger("tollgate.doors")
@@ -46,7 +47,11 @@ _ECHOED: dict[str, Any] = {  # request fields a Response repeats, with their def
     "parallel_tool_calls": True,
     "text": {"format": {"type": "text"}},
     "truncation": "disabled",
+    "background": False,
 }
+# Echoed fields not sent upstream, so not redacted with the body: a job keeps them scrubbed
+_UNSENT = ("metadata", "user")
+BUSY = ("queued", "in_progress")  # a background response not finished yet
 
 
 @dataclass(slots=True)
@@ -58,6 +63,30 @@ class ResponsesState:
     history: list[dict[str, Any]]  # the stored conversation this one continues
     turn: list[dict[str, Any]]  # this turn's input, as chat messages
     records: ResponseRecords | None  # where it is stored, when `store`
+    input: Any = None  # the request's `input` as sent, listed as items once stored
+
+
+def _check_background(exchange: Exchange, store: bool, body: dict[str, Any]) -> None:
+    if exchange.job_id is None:  # only a gateway with async jobs takes it as one
+        raise InvalidRequest(
+            "Background responses need this gateway's async jobs, which are not configured.",
+            param="background",
+            code="unsupported_parameter",
+        )
+    if not store:
+        raise InvalidRequest(
+            "A background response is fetched later, so it must be stored: leave out 'store: false'"
+            " (or configure a responses store).",
+            param="store",
+            code="invalid_value",
+        )
+    if body.get("stream") is True:
+        raise InvalidRequest(
+            "A background response cannot be streamed here: leave out 'stream' and poll it "
+            "(GET /v1/responses/{id}).",
+            param="stream",
+            code="stream_not_supported",
+        )
 
 
 def not_found(response_id: str, param: str | None = None) -> NotFound:
@@ -70,9 +99,11 @@ class ResponsesDoor:
     api = "responses"
     path = PATH
     endpoint = Endpoint.CHAT
+    job_prefix = "resp"  # an async job's id is the id of the Response it answers
 
-    def __init__(self, records: ResponseRecords | None) -> None:
+    def __init__(self, records: ResponseRecords | None, scrub: Callable[[Any], Any] | None = None) -> None:
         self.records = records  # None: nothing is stored (`store` is answered false)
+        self._scrub = scrub  # what a job's echoed fields go through (None: they are not kept)
 
     def credential(self, headers: Mapping[str, str]) -> str | None:
         return headers.get("authorization")
@@ -87,20 +118,30 @@ class ResponsesDoor:
                 stored = await self.records.load(exchange.principal, previous)
             if stored is None:
                 raise not_found(previous, "previous_response_id")
+            if stored.response.get("status") not in ("completed", "incomplete"):
+                raise InvalidRequest(
+                    f"Response '{previous[:64]}' has not completed (it is {stored.response.get('status')}): "
+                    "continue it once it has.",
+                    param="previous_response_id",
+                    code="response_not_completed",
+                )
             history = stored.messages
         turn = input_messages(body)
         chat = chat_body(body, history, turn)
         store = body.get("store") is not False and self.records is not None
+        if body.get("background") is True:
+            _check_background(exchange, store, body)
         echo = {name: body.get(name, default) for name, default in _ECHOED.items()}
         echo["store"] = store
         exchange.door_state = ResponsesState(
-            response_id=f"resp_{secrets.token_hex(24)}",
+            response_id=exchange.job_id or f"resp_{secrets.token_hex(24)}",
             created_at=int(time.time()),
             echo=echo,
             store=store,
             history=history,
             turn=turn,
             records=self.records,
+            input=body.get("input"),
         )
         return chat
 
@@ -139,6 +180,62 @@ class ResponsesDoor:
     def error(self, error: GatewayError) -> tuple[int, bytes]:
         return openai_error(error)
 
+    def background(self, raw: bytes) -> bool:
+        """Whether this (undecoded) body asks to run in the background, as an async job."""
+        if b'"background"' not in raw:  # most requests: no need to parse twice
+            return False
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return False  # the synchronous path answers the bad body
+        return isinstance(body, dict) and body.get("background") is True
+
+    def job_state(self, exchange: Exchange) -> dict[str, Any] | None:
+        """The echoed fields (instructions as the redacted body holds them; the fields not
+        sent upstream scrubbed, or dropped without a scrubber) and how many of the body's
+        messages are instructions rather than conversation."""
+        state: ResponsesState = exchange.door_state
+        echo = dict(state.echo)
+        lead = 1 if isinstance(echo["instructions"], str) and echo["instructions"] else 0
+        if lead:
+            echo["instructions"] = exchange.body["messages"][0]["content"]
+        for name in _UNSENT:
+            value = echo[name]
+            echo[name] = self._scrub(value) if self._scrub is not None and value is not None else None
+        # Listed once (their ids), for the queued record and the finished one alike; the job
+        # keeps them scrubbed, or not at all
+        state.input = items = input_items(state.input)
+        return {
+            "created_at": state.created_at,
+            "echo": echo,
+            "store": state.store,
+            "lead": lead,
+            "input": self._scrub(items) if self._scrub is not None and state.store else [],
+        }
+
+    def resume(self, exchange: Exchange, state: dict[str, Any] | None) -> None:
+        assert state is not None  # job_state always keeps one
+        exchange.door_state = ResponsesState(
+            response_id=exchange.request_id,
+            created_at=state["created_at"],
+            echo=state["echo"],
+            store=state["store"] and self.records is not None,
+            history=[],
+            turn=exchange.body["messages"][state["lead"] :],
+            records=self.records,
+            input=state.get("input", []),
+        )
+
+    async def accepted(self, exchange: Exchange) -> bytes:
+        """A background response as it is answered at once: `queued`, and stored so, so that
+        `GET /v1/responses/{id}` finds it before it has run."""
+        state: ResponsesState = exchange.door_state
+        queued = response_object(state, exchange.model_alias, "queued", [])
+        assert state.records is not None and exchange.principal is not None  # background needs a store
+        listed = input_items(state.input)
+        await state.records.save(exchange.principal, state.response_id, StoredResponse(queued, [], listed))
+        return orjson.dumps(queued)
+
 
 async def finished(exchange: Exchange, output: list[dict[str, Any]], finish: str | None) -> dict[str, Any]:
     """The complete Response, stored first when the client asked for it: a client may send
@@ -150,16 +247,25 @@ async def finished(exchange: Exchange, output: list[dict[str, Any]], finish: str
     final["usage"] = usage(exchange.usage)
     if reason:
         final["incomplete_details"] = {"reason": reason}
-    if state.store and state.records is not None and exchange.principal is not None:
-        messages = [*state.history, *state.turn, *answer_messages(output)]
-        try:
-            await state.records.save(exchange.principal, state.response_id, StoredResponse(final, messages))
-        except GatewayError as exc:
-            logger.warning(
-                "response not stored", extra={"request_id": exchange.request_id, "error": exc.code}
-            )
-            final["store"] = False
+    if not await stored(exchange, final, output):
+        final["store"] = False
     return final
+
+
+async def stored(exchange: Exchange, final: dict[str, Any], output: list[dict[str, Any]]) -> bool:
+    """Stores the finished response when the client asked for it; False when that failed
+    (logged), True otherwise (stored, or nothing to store)."""
+    state: ResponsesState = exchange.door_state
+    if not (state.store and state.records is not None and exchange.principal is not None):
+        return True
+    messages = [*state.history, *state.turn, *answer_messages(output)]
+    record = StoredResponse(final, messages, input_items(state.input))
+    try:
+        await state.records.save(exchange.principal, state.response_id, record)
+    except GatewayError as exc:
+        logger.warning("response not stored", extra={"request_id": exchange.request_id, "error": exc.code})
+        return False
+    return True
 
 
 def response_object(
@@ -230,7 +336,8 @@ def answer_messages(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def usage(counted: Usage) -> dict[str, Any]:
     return {
         "input_tokens": counted.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": counted.cached_tokens},
+        # cache writes are not reported by the upstreams the gateway speaks to
+        "input_tokens_details": {"cached_tokens": counted.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": counted.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": counted.reasoning_tokens},
         "total_tokens": counted.prompt_tokens + counted.completion_tokens,

@@ -34,7 +34,6 @@ from gateway.doors.fields import (
 
 _ROLES = ("user", "assistant", "system", "developer")  # a tuple: any JSON value can be looked up
 _REFUSED = {
-    "background": "Background responses",
     "conversation": "Conversations",
     "prompt": "Prompt templates",
 }
@@ -92,14 +91,15 @@ def chat_body(
     for name in ("user", "safety_identifier"):
         if body.get(name) is not None:
             out["user"] = text(body[name], name)
-    for name in ("store", "stream", "parallel_tool_calls"):
+    for name in ("store", "stream", "parallel_tool_calls", "background"):
         if body.get(name) is not None:
             boolean(body[name], name)
     if body.get("metadata") is not None:
         obj(body["metadata"], "metadata")
     if body.get("stream"):
+        # No `stream_options.include_usage`: the gateway asks the upstream for usage itself and
+        # records it (UsageGuard); the encoders read it there, so the usage chunk never reaches them.
         out["stream"] = True
-        out["stream_options"] = {"include_usage": True}
     copy_extensions(body, out)
     return out
 

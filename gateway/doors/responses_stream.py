@@ -12,6 +12,12 @@
 
 Every event carries the next `sequence_number`; an item is closed when the next one begins or
 the choice finishes. Only the first choice is translated (the door never asks for more).
+
+Encoding is kept to the bytes that change: the response object's invariant fields (id, model,
+the echoed request fields, tools and instructions among them) are serialised once per stream
+and spliced into `response.created`, `.in_progress` and `.completed`; a message item's events
+are byte templates around its id and its text, the text serialised once; each item is
+serialised once, and `response.completed`'s output is those bytes joined.
 """
 
 from __future__ import annotations
@@ -23,18 +29,35 @@ import orjson
 
 from gateway.doors.chunks import continued
 from gateway.doors.responses import (
+    INCOMPLETE,
     ResponsesState,
     call_item,
-    finished,
-    message_item,
     reasoning_item,
     response_object,
+    stored,
+    usage,
 )
 from gateway.errors import GatewayError
 from gateway.exchange import Exchange
 from gateway.ports import Chunk
 
 _CONTINUED = {"message": "content", "function_call": "arguments"}  # what a fast chunk may add
+_BEGUN = (
+    b'{"response":{"status":"in_progress","output":[],"incomplete_details":null,"usage":null,"error":null,'
+)
+_PART_ADDED = (
+    b'{"item_id":"%s","output_index":%d,"content_index":0,'
+    b'"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]}}'
+)
+_MESSAGE_ADDED = (
+    b'{"output_index":%d,"item":{"type":"message","id":"%s","role":"assistant",'
+    b'"status":"in_progress","content":[]}}'
+)
+_PART = b'{"type":"output_text","text":%s,"annotations":[],"logprobs":[]}'
+_MESSAGE = b'{"type":"message","id":"%s","role":"assistant","status":"completed","content":[%s]}'
+_TEXT_DONE = b'{"item_id":"%s","output_index":%d,"content_index":0,"text":%s,"logprobs":[]}'
+_PART_DONE = b'{"item_id":"%s","output_index":%d,"content_index":0,"part":%s}'
+_ITEM_DONE = b'{"output_index":%d,"item":%s}'
 _DELTA_EVENTS = {
     "message": "response.output_text.delta",
     "reasoning": "response.reasoning_text.delta",
@@ -42,16 +65,40 @@ _DELTA_EVENTS = {
 }
 
 
+def _head(kind: str) -> bytes:
+    """An event's bytes up to its sequence number."""
+    name = kind.encode()
+    return b'event: %s\ndata: {"type":"%s","sequence_number":' % (name, name)
+
+
+_HEADS = {
+    kind: _head(kind)
+    for kind in (
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    )
+}
+
+
 class ResponsesStream:
     __slots__ = (
         "_call",
         "_delta_head",
+        "_encoded",
         "_exchange",
+        "_fast",
+        "_fast_index",
         "_finish",
-        "_items",
         "_kind",
         "_out",
         "_sequence",
+        "_shell",
         "_started",
         "_state",
         "_text",
@@ -62,8 +109,11 @@ class ResponsesStream:
         self._state: ResponsesState = exchange.door_state
         self._sequence = 0
         self._started = False
-        self._items: list[dict[str, Any]] = []  # finished output items
+        self._shell = b""  # the response object's invariant fields, encoded, without braces
+        self._encoded: list[bytes] = []  # finished output items, encoded
         self._kind: str | None = None  # the open item's type
+        self._fast: str | None = None  # what a chunk may add to the open item on the fast path
+        self._fast_index: Any = None  # the chat index of the open function call
         self._text: list[str] = []  # the open item's text or arguments so far
         self._call: dict[str, Any] = {}  # the open function call: chat index, ids, name
         self._finish: str | None = None
@@ -72,8 +122,8 @@ class ResponsesStream:
 
     def chunk(self, chunk: Chunk) -> bytes:
         choices = chunk.data.get("choices")
-        if self._kind is not None and choices:
-            more = continued(choices, _CONTINUED.get(self._kind), self._call.get("index"))
+        if self._fast is not None and choices:
+            more = continued(choices, self._fast, self._fast_index)
             if more is not None:  # the common case: more text, or more arguments, for the open item
                 sequence = self._sequence
                 self._sequence = sequence + 1
@@ -97,28 +147,54 @@ class ResponsesStream:
         if not self._started:
             self._start()
         self._close()
-        final = await finished(self._exchange, self._items, self._finish)
-        kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
-        self._emit(kind, {"response": final})
+        reason = INCOMPLETE.get(self._finish) if self._finish else None
+        status = "incomplete" if reason else "completed"
+        kind = "response.completed" if status == "completed" else "response.incomplete"
+        counted = usage(self._exchange.usage)
+        state = self._state
+        if state.store:  # the record needs the whole object
+            items = orjson.loads(b"[%s]" % b",".join(self._encoded))
+            final = response_object(state, self._exchange.model_alias, status, items)
+            final["usage"] = counted
+            if reason:
+                final["incomplete_details"] = {"reason": reason}
+            if not await stored(self._exchange, final, items):
+                final["store"] = False
+                self._emit(kind, {"response": final})
+                return self._flush()
+        incomplete = b'{"reason":"%s"}' % reason.encode() if reason else b"null"
+        self._emit_encoded(kind, self._response(status, incomplete, orjson.dumps(counted), b"null"))
         return self._flush()
 
     def error(self, error: GatewayError) -> bytes:
         """An `error` event, then `response.failed` with what was produced so far."""
         self._emit("error", {"code": error.code, "message": error.message, "param": error.param})
         if self._started:
-            failed = response_object(self._state, self._exchange.model_alias, "failed", self._items)
-            failed["error"] = {"code": error.code or "server_error", "message": error.message}
-            self._emit("response.failed", {"response": failed})
+            failure = orjson.dumps({"code": error.code or "server_error", "message": error.message})
+            self._emit_encoded("response.failed", self._response("failed", b"null", b"null", failure))
         return self._flush()
+
+    def _response(self, status: str, incomplete: bytes, counted: bytes, error: bytes) -> bytes:
+        """`{"response": ...}` with the items so far, spliced into the invariant fields."""
+        return (
+            b'{"response":{"status":"%s","output":[%s],"incomplete_details":%s,"usage":%s,"error":%s,%s}}'
+            % (
+                status.encode(),
+                b",".join(self._encoded),
+                incomplete,
+                counted,
+                error,
+                self._shell,
+            )
+        )
 
     def _emit(self, kind: str, data: dict[str, Any]) -> None:
         self._emit_encoded(kind, orjson.dumps(data))
 
     def _emit_encoded(self, kind: str, data: bytes) -> None:
         """An event whose fields (a JSON object, not empty) are already encoded."""
-        name = kind.encode()
-        head = b'event: %s\ndata: {"type":"%s","sequence_number":%d,' % (name, name, self._sequence)
-        self._out.append(head + data[1:] + b"\n\n")
+        head = _HEADS.get(kind) or _head(kind)
+        self._out.append(b"%s%d,%s\n\n" % (head, self._sequence, data[1:]))
         self._sequence += 1
 
     def _flush(self) -> bytes:
@@ -130,9 +206,16 @@ class ResponsesStream:
 
     def _start(self) -> None:
         self._started = True
-        begun = orjson.dumps(
-            {"response": response_object(self._state, self._exchange.model_alias, "in_progress", [])}
-        )
+        state = self._state
+        invariant = {
+            "id": state.response_id,
+            "object": "response",
+            "created_at": state.created_at,
+            "model": self._exchange.model_alias,
+            **state.echo,
+        }
+        self._shell = orjson.dumps(invariant)[1:-1]
+        begun = _BEGUN + self._shell + b"}}"
         self._emit_encoded("response.created", begun)
         self._emit_encoded("response.in_progress", begun)
 
@@ -173,9 +256,6 @@ class ResponsesStream:
         self._sequence += 1
         self._text.append(text)
 
-    def _where(self) -> dict[str, Any]:
-        return {"item_id": self._call["id"], "output_index": len(self._items)}
-
     def _open(self, kind: str) -> None:
         if self._kind == kind and kind != "function_call":
             return
@@ -183,57 +263,65 @@ class ResponsesStream:
             self._close()
             self._call = {}
         self._kind = kind
+        self._fast = _CONTINUED.get(kind)
+        self._fast_index = self._call.get("index")
         self._text = []
+        output_index = len(self._encoded)
+        # Item ids: the response's own random part and the item's place (unique, no syscall)
         prefix = {"message": "msg", "reasoning": "rs", "function_call": "fc"}[kind]
-        self._call["id"] = item_id = f"{prefix}_{secrets.token_hex(12)}"
-        output_index = len(self._items)
-        if kind == "message":
-            item = {**message_item(item_id, "", "in_progress"), "content": []}
-        elif kind == "reasoning":
+        self._call["id"] = item_id = f"{prefix}_{self._state.response_id[5:29]}{output_index:04x}"
+        delta_kind = _DELTA_EVENTS[kind]
+        if kind == "message":  # the common item: its events are templates around its (hex) id
+            ident = item_id.encode()
+            self._emit_encoded("response.output_item.added", _MESSAGE_ADDED % (output_index, ident))
+            self._emit_encoded("response.content_part.added", _PART_ADDED % (ident, output_index))
+            self._delta_head = (
+                b'event: %s\ndata: {"type":"%s","item_id":"%s","output_index":%d,"content_index":0,'
+                b'"logprobs":[],"delta":' % (delta_kind.encode(), delta_kind.encode(), ident, output_index)
+            )
+            return
+        if kind == "reasoning":
             item = {**reasoning_item(item_id, ""), "content": [], "status": "in_progress"}
         else:
             item = call_item(item_id, self._call["call_id"], self._call["name"], "", "in_progress")
         self._emit("response.output_item.added", {"output_index": output_index, "item": item})
-        delta_kind = _DELTA_EVENTS[kind]
         where: dict[str, Any] = {"type": delta_kind, "item_id": item_id, "output_index": output_index}
         if kind != "function_call":
             where["content_index"] = 0
-        if kind == "message":
-            where["logprobs"] = []
         self._delta_head = (
             b"event: %s\ndata: %s," % (delta_kind.encode(), orjson.dumps(where)[:-1]) + b'"delta":'
         )
-        if kind == "message":
-            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            self._emit(
-                "response.content_part.added",
-                {"item_id": item_id, "output_index": output_index, "content_index": 0, "part": part},
-            )
 
     def _close(self) -> None:
         kind = self._kind
         if kind is None:
             return
-        where = self._where()
+        item_id = self._call["id"]
+        output_index = len(self._encoded)
         text = "".join(self._text)
         if kind == "message":
-            item = message_item(where["item_id"], text)
-            self._emit(
-                "response.output_text.done", {**where, "content_index": 0, "text": text, "logprobs": []}
-            )
-            self._emit(
-                "response.content_part.done", {**where, "content_index": 0, "part": item["content"][0]}
-            )
-        elif kind == "reasoning":
-            item = reasoning_item(where["item_id"], text)
-            self._emit("response.reasoning_text.done", {**where, "content_index": 0, "text": text})
+            ident = item_id.encode()
+            text_json = orjson.dumps(text)
+            part = _PART % text_json
+            encoded = _MESSAGE % (ident, part)
+            self._emit_encoded("response.output_text.done", _TEXT_DONE % (ident, output_index, text_json))
+            self._emit_encoded("response.content_part.done", _PART_DONE % (ident, output_index, part))
         else:
-            call = self._call
-            item = call_item(where["item_id"], call["call_id"], call["name"], text)
-            self._emit(
-                "response.function_call_arguments.done", {**where, "name": call["name"], "arguments": text}
-            )
-        self._emit("response.output_item.done", {"output_index": where["output_index"], "item": item})
-        self._items.append(item)
+            where = {"item_id": item_id, "output_index": output_index}
+            item: dict[str, Any]
+            if kind == "reasoning":
+                item = reasoning_item(item_id, text)
+                self._emit("response.reasoning_text.done", {**where, "content_index": 0, "text": text})
+            else:
+                call = self._call
+                item = call_item(item_id, call["call_id"], call["name"], text)
+                self._emit(
+                    "response.function_call_arguments.done",
+                    {**where, "name": call["name"], "arguments": text},
+                )
+            encoded = orjson.dumps(item)
+        self._emit_encoded("response.output_item.done", _ITEM_DONE % (output_index, encoded))
+        self._encoded.append(encoded)
         self._kind = None
+        self._fast = None
         self._text = []

@@ -1,5 +1,6 @@
 """The doors' routes beside their model calls: stored responses (`GET` and `DELETE
-/v1/responses/{id}`), `POST /v1/messages/count_tokens`, and `GET /v1/models` and
+/v1/responses/{id}`, `POST /v1/responses/{id}/cancel` for background ones,
+`GET /v1/responses/{id}/input_items`), `POST /v1/messages/count_tokens`, and `GET /v1/models` and
 `/v1/models/{id}`, which both APIs' clients call (in Anthropic's format when the request
 carries `anthropic-version`).
 
@@ -15,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from gateway.doors.background import BackgroundJobs, BackgroundResponses
+from gateway.doors.input_items import page
 from gateway.doors.messages import MessagesDoor
 from gateway.doors.messages_request import chat_body
 from gateway.doors.responses import ResponsesDoor, not_found
@@ -36,17 +39,29 @@ class DoorRoutes:
         aliases_for: Callable[[Principal], list[str]],
         responses: ResponsesDoor,
         messages: MessagesDoor,
+        jobs: BackgroundJobs | None = None,
     ) -> None:
         self._authenticate = authenticate
         self._aliases_for = aliases_for
         self._responses = responses
         self._messages = messages
+        records = responses.records
+        self._background = BackgroundResponses(records, jobs) if records is not None else None
+
+    def with_jobs(self, jobs: BackgroundJobs | None) -> DoorRoutes:
+        """The same routes, reading background responses' state from the async jobs."""
+        return DoorRoutes(self._authenticate, self._aliases_for, self._responses, self._messages, jobs)
 
     def serves(self, path: str) -> bool:
         return path in (COUNT_TOKENS, _MODELS_LIST) or path.startswith((_RESPONSES, _MODELS))
 
     async def handle(
-        self, method: str, path: str, headers: Mapping[str, str], body: Callable[[], Awaitable[bytes]]
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        body: Callable[[], Awaitable[bytes]],
+        query: str = "",
     ) -> bytes:
         if path == COUNT_TOKENS:
             _require(method, "POST", path)
@@ -60,22 +75,32 @@ class DoorRoutes:
                 return self._models(principal, anthropic)
             return self._model(principal, path[len(_MODELS) :], anthropic)
         principal = self._authenticate(self._responses.credential(headers))
-        response_id = path[len(_RESPONSES) :]
-        if not response_id or "/" in response_id:
+        response_id, _, action = path[len(_RESPONSES) :].partition("/")
+        if not response_id or action not in ("", "cancel", "input_items"):
             raise NotFound(f"Unknown path {path[:200]}.", code="unknown_url")
+        if action == "input_items":
+            _require(method, "GET", f"{_RESPONSES}{{id}}/input_items")
+            records = self._responses.records
+            stored = await records.load(principal, response_id) if records is not None else None
+            if stored is None:
+                raise not_found(response_id)
+            return orjson.dumps(page(stored.input, query))
+        if action == "cancel":
+            _require(method, "POST", f"{_RESPONSES}{{id}}/cancel")
+            if self._background is None:
+                raise not_found(response_id)
+            return orjson.dumps(await self._background.cancel(principal, response_id))
         return await self._stored(method, principal, response_id)
 
     async def _stored(self, method: str, principal: Principal, response_id: str) -> bytes:
-        records = self._responses.records
         if method == "DELETE":
-            if records is None or not await records.delete(principal, response_id):
+            if self._background is None or not await self._background.delete(principal, response_id):
                 raise not_found(response_id)
             return orjson.dumps({"id": response_id, "object": "response", "deleted": True})
         _require(method, "GET", f"{_RESPONSES}{{id}}")
-        stored = await records.load(principal, response_id) if records is not None else None
-        if stored is None:
+        if self._background is None:
             raise not_found(response_id)
-        return orjson.dumps(stored.response)
+        return orjson.dumps(await self._background.retrieve(principal, response_id))
 
     async def _count_tokens(self, principal: Principal, raw: bytes) -> bytes:
         chat = chat_body(parse_json_object(raw), for_count=True)

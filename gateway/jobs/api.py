@@ -9,25 +9,29 @@ Every id is the caller's tenant's: another tenant's id is answered as an unknown
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 
 import orjson
 
 from gateway.config import JobsConfig
 from gateway.errors import GatewayError, InvalidRequest, MethodNotAllowed, NotFound, PayloadTooLarge
-from gateway.exchange import Endpoint, Principal
+from gateway.exchange import Exchange, Principal
 from gateway.jobs import batch_output, results
 from gateway.jobs.api_types import ApiAnswer, ApiRequest
 from gateway.jobs.batches_api import BatchesApi
 from gateway.jobs.input_files import InputFiles
 from gateway.jobs.multipart import parse_form
-from gateway.jobs.records import JobState, StoredFile
+from gateway.jobs.records import JobState, JobView, StoredFile
 from gateway.jobs.runner import JobRunner
 from gateway.jobs.store import JobStore
 from gateway.jobs.submit import Submitter, new_job_id
 from gateway.jobs.webhook_destinations import WebhookDestinations
 from gateway.jobs.webhooks import DELIVERY_PREFIX
 from gateway.jobs.webhooks_api import WebhooksApi
+
+if TYPE_CHECKING:
+    from gateway.doors.base import Door
 
 ASYNC_PATH = "/v1/async/"
 _PREFIXES = ("/v1/files", "/v1/batches", ASYNC_PATH, "/v1/webhooks")
@@ -54,9 +58,11 @@ class JobsApi:
         input_files: InputFiles,
         webhook_destinations: WebhookDestinations,
         clock: Callable[[], float] = time.time,
+        door_of_job: Callable[[str], Door | None] | None = None,
     ) -> None:
         self._store = store
         self._input_files = input_files
+        self._door_of_job = door_of_job  # the door a job came through, by its id
         self._submitter = submitter
         self._runner = runner
         self._authenticate = authenticate
@@ -69,27 +75,55 @@ class JobsApi:
         return path.startswith(_PREFIXES)
 
     async def submit(
-        self, endpoint: Endpoint, headers: Mapping[str, str], raw_body: bytes, request_id: str
+        self,
+        door: Door,
+        headers: Mapping[str, str],
+        raw_body: bytes,
+        request_id: str,
+        accept: Callable[[Exchange], Awaitable[bytes]] | None = None,
     ) -> ApiAnswer:
-        """`Prefer: respond-async`: the request's governance now, 202 with the job to poll."""
-        job_id = new_job_id()
+        """`Prefer: respond-async`: the request's governance now, 202 with the job to poll.
+        `accept`: the door's own answer instead (200; a Responses `background` request), made
+        once the request is governed and before the job is queued."""
+        job_id = new_job_id(door.job_prefix)
         expires_at = self._clock() + self._config.completion_window_s
         job, exchange = await self._submitter.prepare(
-            job_id, endpoint, headers, raw_body, request_id, expires_at
+            job_id, door.endpoint, headers, raw_body, request_id, expires_at, door=door
         )
         try:
+            accepted = await accept(exchange) if accept is not None else None
             await self._store.submit([job])
         except GatewayError as exc:
             await self._submitter.abandon(exchange, exc)
             raise
         self._runner.wake()
+        if accepted is not None:
+            return ApiAnswer(200, accepted)
         location = ASYNC_PATH + job_id
         body = _job_document(job_id, "queued", job.created_at, job.expires_at)
         headers_out = {"location": location, "preference-applied": "respond-async", "retry-after": "1"}
         return ApiAnswer(202, orjson.dumps(body), headers_out)
 
+    async def job(self, tenant: str, job_id: str) -> JobView | None:
+        """A job of the tenant's, as it stands (None: no such job, or another tenant's)."""
+        return await self._store.job(tenant, job_id)
+
+    async def cancel(self, tenant: str, job_id: str) -> JobView | None:
+        """Cancels the job if it has not started (what it reserved is released); the job as
+        it then stands. A job already running finishes."""
+        door = self._door_of_job(job_id) if self._door_of_job is not None else None
+        render = door.error if door is not None else results.openai_render
+        cancelled = await self._store.cancel_job(
+            tenant, job_id, results.cancelled(self._config.results_keep_s, render)
+        )
+        if cancelled is not None:
+            await self._runner.release(cancelled)
+        return await self._store.job(tenant, job_id)
+
     async def handle(self, request: ApiRequest) -> ApiAnswer:
-        principal = self._authenticate(request.headers.get("authorization"))
+        headers = request.headers
+        key = headers.get("x-api-key")  # Anthropic clients poll their jobs with their own header
+        principal = self._authenticate(headers.get("authorization") or (f"Bearer {key}" if key else None))
         tenant = principal.tenant.name
         parts = request.path.rstrip("/").split("/")[2:]  # after "/v1"
         head = parts[0]
@@ -105,14 +139,11 @@ class JobsApi:
 
     async def _async_job(self, request: ApiRequest, tenant: str, job_id: str) -> ApiAnswer:
         if request.method == "DELETE":
-            cancelled = await self._store.cancel_job(
-                tenant, job_id, results.cancelled(self._config.results_keep_s)
-            )
-            if cancelled is not None:
-                await self._runner.release(cancelled)
+            view = await self.cancel(tenant, job_id)
         elif request.method not in ("GET", "HEAD"):
             raise MethodNotAllowed(f"Use GET (or DELETE, to cancel) for {request.path}.")
-        view = await self._store.job(tenant, job_id)
+        else:
+            view = await self._store.job(tenant, job_id)
         if view is None or view.batch_id is not None or job_id.startswith(DELIVERY_PREFIX):
             raise NotFound(f"No async job {job_id!r}.", code="job_not_found")
         if view.state.final and view.body is not None and view.status is not None:

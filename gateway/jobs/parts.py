@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gateway.config import GatewayConfig, JobsConfig
 from gateway.exchange import Principal
@@ -26,6 +27,9 @@ from gateway.redaction.settings import RedactionSettings
 from gateway.request_ids import UpstreamIds
 from gateway.stages.decide import Decide
 from gateway.tracing import Tracer
+
+if TYPE_CHECKING:
+    from gateway.doors.registry import Doors
 
 JobsMetrics = tuple[Callable[[], Awaitable[list[QueueDepth]]], JobCounters]
 
@@ -83,6 +87,7 @@ def jobs_parts(
     upstream_ids: Callable[[str], str],
     tracer: Tracer,
     sender: WebhookSender,
+    doors: Doors | None = None,
 ) -> JobsParts:
     store, gate, counters = base.store, base.gate, base.counters
     jobs = config.jobs
@@ -105,9 +110,19 @@ def jobs_parts(
     )
     destinations = WebhookDestinations(jobs, lambda: decide_stage(pipeline()))
     hooks = Webhooks(store, sender, jobs, destinations)
-    runner = JobRunner(store, pipeline, thawing, gate, settings, tracer, hooks, counters)
+    by_api = doors.by_api if doors is not None else None
+    runner = JobRunner(store, pipeline, thawing, gate, settings, tracer, hooks, counters, doors=by_api)
     submitter = Submitter(pipeline, upstream_ids, tracer)
-    api = JobsApi(store, submitter, runner, authenticate, jobs, InputFiles(pipeline), destinations)
+    api = JobsApi(
+        store,
+        submitter,
+        runner,
+        authenticate,
+        jobs,
+        InputFiles(pipeline),
+        destinations,
+        door_of_job=doors.for_job if doors is not None else None,
+    )
     path = jobs.host_load_path
     host_load = HostLoad(path) if path is not None else None
     return JobsParts(store, runner, api, gate, hooks, jobs.pull, host_load)
@@ -151,9 +166,11 @@ class Jobs:
         authenticate: Callable[[str | None], Principal],
         tracer: Tracer,
         sender: WebhookSender,
+        doors: Doors | None = None,
     ) -> JobsApi | None:
         """The rest of the parts, around the pipeline in force (`pipeline()`: a config edit
-        swaps it); the HTTP doors (None without jobs)."""
+        swaps it); the HTTP doors (None without jobs). `doors`: the client APIs, which
+        translate the jobs that came through them."""
         if self.base is None:
             return None
         config = self._config
@@ -168,6 +185,7 @@ class Jobs:
             UpstreamIds(key.encode() if key else None),
             tracer,
             sender,
+            doors,
         )
         return self.parts.api
 

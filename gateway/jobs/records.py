@@ -57,12 +57,14 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class JobResult:
-    """A job's end: the body the client gets (the completion, or an OpenAI error object)."""
+    """A job's end: the body the client gets (the answer, or an error, in the format of the
+    API the request came through)."""
 
     state: JobState  # SUCCEEDED, FAILED or CANCELLED
     status: int  # the HTTP status the synchronous call would have had
     body: bytes  # JSON
     keep_s: float  # the result is deleted this long after it was stored
+    code: str | None = None  # a failure's error code, for the records (not stored with the result)
 
 
 @dataclass(frozen=True, slots=True)

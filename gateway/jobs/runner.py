@@ -27,7 +27,9 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from gateway.errors import GatewayError, InternalError, StateStoreUnavailable, UpstreamError, UpstreamTimeout
 from gateway.exchange import Attempt, Exchange
@@ -41,6 +43,9 @@ from gateway.jobs.webhooks import Webhooks
 from gateway.pipeline import Pipeline
 from gateway.ports import QueueingUpstream, UpstreamRequest
 from gateway.tracing import NO_TRACER, Tracer
+
+if TYPE_CHECKING:
+    from gateway.doors.base import Door
 
 logger = logging.getLogger("tollgate.jobs")
 
@@ -77,8 +82,10 @@ class JobRunner:
         webhooks: Webhooks | None = None,
         counters: JobCounters | None = None,
         clock: Callable[[], float] = time.time,
+        doors: Callable[[str], Door | None] | None = None,
     ) -> None:
         self._store = store
+        self._doors = doors  # a door by its API's name: the one a job came through renders its answer
         self._pipeline = pipeline  # the one in force: a config edit swaps it
         self._thawing = thawing
         self._gate = gate
@@ -200,7 +207,10 @@ class JobRunner:
         exchange = snapshot.thaw(
             document, claim.id, max(0.001, min(self._settings.attempt_s, window_left)), self._thawing
         )
+        door = self._door(exchange, document)
+        render = door.error if door is not None else results.openai_render
         exchange.trace = trace = self._tracer.begin(exchange)
+        keep_s = self._settings.results_keep_s
         try:
             if await self._batch_cancelled(claim):
                 raise results.JobCancelled("cancelled")
@@ -215,25 +225,26 @@ class JobRunner:
                 return
             exchange.status = 200
             exchange.first_byte_at = time.monotonic()
-            result = results.succeeded(body, self._settings.results_keep_s)
+            answer = await door.response(exchange, body) if door is not None else orjson.dumps(body)
+            result = results.succeeded(answer, keep_s)
         except results.JobExpired:
-            result = results.expired(document.get("last_error"), self._settings.results_keep_s)
+            result = results.expired(document.get("last_error"), keep_s, render)
             exchange.status, exchange.error_code = 408, results.EXPIRED
         except results.JobCancelled:
-            result = results.cancelled(self._settings.results_keep_s)
+            result = results.cancelled(keep_s, render)
             exchange.status, exchange.error_code = 499, results.CANCELLED
         except GatewayError as exc:
-            failure = await self._failure(exc, claim, document, window_left)
+            failure = await self._failure(exc, claim, document, window_left, render)
             if failure is None:  # back to the queue: nothing settles, nothing is stored
                 trace.end(exchange)
                 return
             result = failure
-            exchange.status, exchange.error_code = failure.status, _code(failure)
+            exchange.status, exchange.error_code = failure.status, failure.code
         except Exception:
             logger.exception("job failed", extra={"request_id": claim.id})
             error = InternalError(claim.id)
             exchange.status, exchange.error_code = error.status, error.code
-            result = results.failed(error, self._settings.results_keep_s)
+            result = results.failed(error, keep_s, render)
         exchange.response_body = result.body
         await self._gate.step()
         try:
@@ -241,6 +252,17 @@ class JobRunner:
         finally:
             trace.end(exchange)
         await self._end(claim, result)
+
+    def _door(self, exchange: Exchange, document: dict[str, Any]) -> Door | None:
+        """The translating door the job came through, its state restored (None: an OpenAI
+        door, or one no longer open, whose answer is then the internal one)."""
+        held = snapshot.door_of(document)
+        door = self._doors(held[0]) if held is not None and self._doors is not None else None
+        if door is None or held is None:
+            return None
+        exchange.door = door
+        door.resume(exchange, held[1])
+        return door
 
     async def _answer(
         self, exchange: Exchange, claim: Claim, document: dict[str, Any]
@@ -318,14 +340,19 @@ class JobRunner:
         return cancelled
 
     async def _failure(
-        self, error: GatewayError, claim: Claim, document: dict[str, Any], window_left: float
+        self,
+        error: GatewayError,
+        claim: Claim,
+        document: dict[str, Any],
+        window_left: float,
+        render: results.Render,
     ) -> JobResult | None:
         """The job's result after a failed attempt, or None when it went back to the queue."""
         keep_s = self._settings.results_keep_s
         if not (isinstance(error, UpstreamError) and error.retryable):
-            return results.failed(error, keep_s)
+            return results.failed(error, keep_s, render)
         if await self._batch_cancelled(claim, fresh=True):
-            return results.cancelled(keep_s)
+            return results.cancelled(keep_s, render)
         if self._clock() + self._backoff(claim.attempt) < claim.expires_at:
             await self._retry(claim, document, error)
             return None
@@ -333,7 +360,7 @@ class JobRunner:
         # unless this attempt was only cut short by the window's end (then the one before it).
         cut_short = isinstance(error, UpstreamTimeout) and window_left < self._settings.attempt_s
         reason = document.get("last_error") if cut_short and document.get("last_error") else _cause(error)
-        return results.expired(reason, keep_s)
+        return results.expired(reason, keep_s, render)
 
     async def _retry(self, claim: Claim, document: dict[str, Any], error: GatewayError) -> None:
         cause = error.code or "upstream_error"
@@ -378,8 +405,3 @@ class JobRunner:
 
 def _cause(error: GatewayError) -> str:
     return f"{error.code or 'upstream_error'}: {error.message[:200]}"
-
-
-def _code(result: JobResult) -> str | None:
-    error = snapshot.decode(result.body).get("error")
-    return error.get("code") if isinstance(error, dict) else None

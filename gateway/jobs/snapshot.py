@@ -9,6 +9,9 @@ submission's trace context. A tokenised request's vault (placeholder -> original
 placeholders (and masks any entity the model wrote itself, when the response mode asks).
 
 `thaw` builds a fresh Exchange from it for one attempt, whose deadline is the attempt's own.
+A job that came through a translating door (Responses, Messages) also keeps that door's
+state (`Door.job_state`: nothing the redaction would not store), so its answer is rendered in
+the door's format.
 """
 
 from __future__ import annotations
@@ -83,7 +86,22 @@ def freeze(exchange: Exchange, http_request_id: str, native: NativeRef | None = 
         "http_request_id": http_request_id,
         "traceparent": traceparent,
         "native": _native_doc(native),
+        "door": _door_doc(exchange),
     }
+
+
+def _door_doc(exchange: Exchange) -> dict[str, Any] | None:
+    """The client API the request came through and what it keeps (None: an OpenAI door,
+    whose answer is the internal one)."""
+    door = exchange.door
+    state = door.job_state(exchange) if door is not None else None
+    return {"api": door.api, "state": state} if door is not None and state is not None else None
+
+
+def door_of(document: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The API a job came through and its door's state, when not an OpenAI door."""
+    raw = document.get("door")
+    return (raw["api"], raw["state"]) if isinstance(raw, dict) else None
 
 
 def encode(document: dict[str, Any]) -> bytes:

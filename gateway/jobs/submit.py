@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.exchange import Endpoint, Exchange
@@ -21,6 +22,9 @@ from gateway.jobs import snapshot
 from gateway.jobs.records import NewJob
 from gateway.pipeline import Pipeline
 from gateway.tracing import NO_TRACER, Tracer
+
+if TYPE_CHECKING:
+    from gateway.doors.base import Door
 
 # Not carried into a job: an Idempotency-Key belongs to the submission, not to the job's attempts.
 _DROPPED_HEADERS = frozenset({"idempotency-key", "content-length", "content-encoding", "prefer"})
@@ -54,9 +58,11 @@ class Submitter:
         batch_id: str | None = None,
         line: int = 0,
         custom_id: str | None = None,
+        door: Door | None = None,
     ) -> tuple[NewJob, Exchange]:
         """The job to store, and its exchange (for `abandon` should storing fail). A refusal
-        raises its GatewayError, the finishers having run (what was reserved is released)."""
+        raises its GatewayError, the finishers having run (what was reserved is released).
+        `door`: the client API the request came through, which translates it (and its answer)."""
         created = self._clock()
         now = time.monotonic()
         exchange = Exchange(
@@ -68,6 +74,7 @@ class Submitter:
             raw_body=raw_body,
             upstream_request_id=self._upstream_ids(job_id),
             job_id=job_id,
+            door=door,
         )
         exchange.trace = trace = self._tracer.begin(exchange)
         try:

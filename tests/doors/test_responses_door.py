@@ -72,6 +72,12 @@ def test_the_stream_helper_accumulates_the_events(oai: openai.OpenAI, upstream: 
     assert final.status == "completed"
     assert final.usage is not None
     assert final.usage.output_tokens == 16
+    stored = oai.responses.retrieve(final.id)  # the record, written from the same items
+    assert stored.model_dump(exclude={"output"}) == final.model_dump(exclude={"output"})
+    assert [(i.id, i.type, i.status) for i in stored.output] == [
+        (i.id, i.type, i.status) for i in final.output
+    ]
+    assert stored.output_text == final.output_text
 
 
 def test_the_raw_stream_is_the_responses_event_sequence(
@@ -323,6 +329,17 @@ def test_built_in_tools_are_refused_naming_them(doors_gateway: RunningGateway) -
     assert error["param"] == "tools"
 
 
+def test_background_without_async_jobs_is_refused_and_cancel_finds_nothing(oai: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="async jobs") as caught:
+        oai.responses.create(model="chat", input="hi", background=True)
+    assert caught.value.param == "background"
+    response = oai.responses.create(model="chat", input="hi")
+    with pytest.raises(openai.BadRequestError, match="background"):  # not a background response
+        oai.responses.cancel(response.id)
+    with pytest.raises(openai.NotFoundError):
+        oai.responses.cancel("resp_unknown")
+
+
 def test_models_retrieve_answers_for_the_keys_aliases(
     oai: openai.OpenAI, doors_gateway: RunningGateway
 ) -> None:
@@ -333,3 +350,48 @@ def test_models_retrieve_answers_for_the_keys_aliases(
         assert other.models.retrieve("chat").id == "chat"
         with pytest.raises(openai.NotFoundError):
             other.models.retrieve("kimi")
+
+
+def test_input_items_lists_the_requests_input_newest_first_and_pages(oai: openai.OpenAI) -> None:
+    email = "input.items@example.org"
+    turn: Any = [
+        {"role": "user", "content": "first"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"mail {email}"}]},
+        {"role": "assistant", "content": "noted"},
+        {"role": "user", "content": "third"},
+    ]
+    response = oai.responses.create(model="chat", input=turn, max_output_tokens=8)
+    listed = oai.responses.input_items.list(response.id)
+    texts = [item.content[0].text for item in listed.data]  # type: ignore[union-attr]
+    assert texts == ["third", "noted", "mail [EMAIL]", "first"]  # newest first; stored redacted
+    assert all(item.id and item.status == "completed" for item in listed.data)  # type: ignore[union-attr]
+    assert [item.role for item in listed.data] == ["user", "assistant", "user", "user"]  # type: ignore[union-attr]
+    paged = list(oai.responses.input_items.list(response.id, limit=1, order="asc"))  # follows `after`
+    assert [item.id for item in paged] == [item.id for item in reversed(listed.data)]
+    first = oai.responses.input_items.list(response.id, limit=3)
+    assert first.has_more is True and len(first.data) == 3
+    one = oai.responses.input_items.list(oai.responses.create(model="chat", input="hello").id)
+    assert [item.content[0].text for item in one.data] == ["hello"]  # type: ignore[union-attr]
+
+
+def test_input_items_are_the_tenants_and_bad_queries_are_refused(
+    oai: openai.OpenAI, doors_gateway: RunningGateway
+) -> None:
+    response = oai.responses.create(model="chat", input="mine")
+    with (
+        openai.OpenAI(base_url=doors_gateway.base_url, api_key=OTHER_TENANT_KEY, max_retries=0) as other,
+        pytest.raises(openai.NotFoundError),
+    ):
+        other.responses.input_items.list(response.id)
+    with pytest.raises(openai.NotFoundError):
+        oai.responses.input_items.list("resp_unknown")
+    url = f"{doors_gateway.base_url}/responses/{response.id}/input_items"
+    headers = {"authorization": f"Bearer {TEST_KEY}"}
+    for query, param in (
+        ("limit=0", "limit"),
+        ("limit=x", "limit"),
+        ("order=up", "order"),
+        ("after=nope", "after"),
+    ):
+        assert openai_error(httpx.get(f"{url}?{query}", headers=headers), 400)["param"] == param
+    assert httpx.post(url, headers=headers).status_code == 405

@@ -94,7 +94,6 @@ def test_a_messages_request_becomes_a_chat_request() -> None:
         "user": "u1",
         "reasoning_effort": "high",
         "stream": True,
-        "stream_options": {"include_usage": True},
         "x_sim": {"reply": "r"},
     }
 
@@ -228,7 +227,7 @@ def test_a_responses_request_becomes_a_chat_request() -> None:
             "input[0].content[0].file_id",
         ),
         ({"model": "m", "input": "x", "tools": [{"type": "computer_use_preview"}]}, "tools"),
-        ({"model": "m", "input": "x", "background": True}, "background"),
+        ({"model": "m", "input": "x", "background": "yes"}, "background"),
         ({"model": "m", "input": "x", "text": {"format": {"type": "yaml"}}}, "text.format.type"),
         ({"model": "m", "input": "x", "reasoning": {"effort": "max"}}, "reasoning.effort"),
         ({"model": "m", "input": [{"type": "message", "role": []}]}, "input[0].role"),  # found by the fuzzer
