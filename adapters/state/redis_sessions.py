@@ -10,7 +10,9 @@ after the session's idle time.
 The update rides on the settle script (`settle_with_session`): the session's keys and
 arguments are appended to the settle's and taken off again before the settle's own body
 runs, which therefore stays exactly `redis_scripts.SETTLE`; the record is updated only when
-the settle applied (a settle repeated by a retry counts its turn once).
+the settle applied (a settle repeated by a retry counts its turn once). A lease's settle
+batch carries the updates of its requests the same way (`redis_lease.py`, `batch_call`),
+applied in order with the batch, only when the batch is.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ import orjson
 from gateway.sessions.records import Checkpoint, SessionRecord, SessionUpdate
 
 SESSION_KEYS = 4  # s, sd, sc, sx
+SESSION_ARGC = 16  # the arguments of one update (`args`)
 
 # K: {s, sd, sc, sx}; A: {session, turn, input, cached, output, cost, model, upstream, replica,
 # workflow, decision id, max decisions, idle ms, due, checkpoint JSON, max checkpoints}
-_APPLY = """
+APPLY = """
 local function apply_session(K, A)
   local s = K[1]
   local before = redis.call('HMGET', s, 'f', 't', 'li')
@@ -88,7 +91,7 @@ def settle_with_session(settle: str, prelude: str) -> str:
     body = settle.removeprefix(prelude)
     return (
         prelude
-        + _APPLY
+        + APPLY
         + _TAKE_SESSION
         + "local function settle_main()\n"
         + body
@@ -98,7 +101,7 @@ def settle_with_session(settle: str, prelude: str) -> str:
 
 
 def update_script(prelude: str) -> str:
-    return prelude + _APPLY + "apply_session(KEYS, ARGV)\nreturn 1\n"
+    return prelude + APPLY + "apply_session(KEYS, ARGV)\nreturn 1\n"
 
 
 # KEYS: s, sd, sc. Returns {} or {hash fields, decision ids, checkpoints}.
