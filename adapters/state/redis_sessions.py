@@ -27,7 +27,7 @@ SESSION_KEYS = 4  # s, sd, sc, sx
 SESSION_ARGC = 16  # the arguments of one update (`args`)
 
 # K: {s, sd, sc, sx}; A: {session, turn, input, cached, output, cost, model, upstream, replica,
-# workflow, decision id, max decisions, idle ms, due, checkpoint JSON, max checkpoints}
+# workflow, decision ids (space-separated), max decisions, idle ms, due, checkpoint JSON, max checkpoints}
 APPLY = """
 local function apply_session(K, A)
   local s = K[1]
@@ -56,7 +56,8 @@ local function apply_session(K, A)
   if A[7] ~= '' then redis.call('HSET', s, 'm', A[7], 'up', A[8], 'r', A[9]) end
   if A[10] ~= '' then redis.call('HSET', s, 'w', A[10]) end
   if A[11] ~= '' then
-    local len = redis.call('RPUSH', K[2], A[11])
+    local len = 0
+    for id in string.gmatch(A[11], '%S+') do len = redis.call('RPUSH', K[2], id) end
     local keep = tonumber(A[12])
     if len > keep then
       redis.call('LTRIM', K[2], -keep, -1)
@@ -149,7 +150,7 @@ def args(update: SessionUpdate) -> list[str | int]:
         update.upstream,
         update.replica,
         update.workflow,
-        update.decision_id,
+        " ".join(update.decision_ids),
         max(1, update.max_decisions),
         max(1, update.idle_s * 1000),
         update.due,

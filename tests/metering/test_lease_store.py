@@ -160,7 +160,7 @@ async def test_a_batch_keeps_each_ledger_row_apart_by_workflow(store: StateStore
 def turn_of(session: str, prompt: int, decision: str) -> Settlement:
     """A settlement carrying one turn of `session` (its cost: the prompt's tokens, in micros)."""
     update = SessionUpdate(
-        "acme", session, 1, prompt, 0, 5, prompt, "chat", "local", 0, "", decision, 10, 3600
+        "acme", session, 1, prompt, 0, 5, prompt, "chat", "local", 0, "", (decision,), 10, 3600
     )
     ledger = LedgerEntry(DAY, "k1", "m1", prompt, 0, 5, prompt)
     return Settlement("acme", uuid.uuid4().hex, ((COUNTER, 50, EXPIRES),), (), ledger, 600, session=update)

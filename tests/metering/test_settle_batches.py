@@ -61,7 +61,9 @@ def settlement(draw_request: ReserveRequest, day: str, session: SessionUpdate | 
 
 def turn(session: str, n: int) -> SessionUpdate:
     """The n-th turn of a session: 10 * n input tokens, decided by decision `d<n>`."""
-    return SessionUpdate("acme", session, 1, 10 * n, 0, 5, SPENT, "chat", "local", 0, "", f"d{n}", 100, 3600)
+    return SessionUpdate(
+        "acme", session, 1, 10 * n, 0, 5, SPENT, "chat", "local", 0, "", (f"d{n}",), 100, 3600
+    )
 
 
 async def busy_lease(leases: Leases, store: RedisStore, n: int) -> list[tuple[LeaseDraw, ReserveRequest]]:

@@ -121,6 +121,13 @@ def test_a_summary_goes_through_the_policy_redaction_and_the_decision_log(
             )
             assert answer.status_code == 200, answer.text
             history.append(answer.json()["choices"][0]["message"])
+
+        def record() -> dict[str, object]:
+            found = httpx.get(f"{gateway.url}/v1/sessions/{session}", headers=headers)
+            return found.json() if found.status_code == 200 else {}
+
+        assert eventually(lambda: record().get("turns") == 3)
+        stored = record()
     summaries = [r for r in chats(upstream) if r.body["messages"][-1]["content"].startswith("Summarize")]
     assert len(summaries) == 1
     sent = json.dumps(summaries[0].body)
@@ -132,3 +139,5 @@ def test_a_summary_goes_through_the_policy_redaction_and_the_decision_log(
     assert {d["session_key"] for d in decisions} == {key}
     # The summary is spent on the session's behalf: its key and workflow, and it is no turn of it.
     assert {d["workflow"] for d in decisions} == {"triage"}
+    # Every decision taken in the session is on its record, the summary's too.
+    assert sorted(stored["decision_ids"]) == sorted(d["decision_id"] for d in decisions)  # type: ignore[arg-type]
