@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
 from gateway.stages.admit import scoped_session_key
 from simulator import RunningSimulator
@@ -141,3 +142,37 @@ def test_a_summary_goes_through_the_policy_redaction_and_the_decision_log(
     assert {d["workflow"] for d in decisions} == {"triage"}
     # Every decision taken in the session is on its record, the summary's too.
     assert sorted(stored["decision_ids"]) == sorted(d["decision_id"] for d in decisions)  # type: ignore[arg-type]
+
+
+def test_a_policys_session_cap_without_metering_holds_against_the_record_as_stored(
+    upstream: RunningSimulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No state store, budget or cap in the config (metering off; the records in the embedded
+    store, in the working directory): the policy's cap is checked against the record as the
+    store has it, not the worker's cached copy (`sessions.cache_s` long)."""
+    monkeypatch.chdir(tmp_path)
+    tenants = {**TENANTS, "alpha": {**TENANTS["alpha"], "session": {"max_tokens": 40}}}
+    policy = {"dir": str(write_policy_dir(tmp_path / "policies", tenants))}
+    config = policy_gateway_config(
+        upstream,
+        policy,
+        sessions={"enabled": True, "cache_s": 60},
+    )
+    session = f"capped-{uuid.uuid4().hex}"
+    headers = {"authorization": f"Bearer {TEST_KEY}", "x-session-id": session}
+    body = {"model": "chat", "messages": [{"role": "user", "content": "hello " * 20}], "max_tokens": 16}
+    with running_gateway(config) as gateway:
+        first = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=headers)
+        assert first.status_code == 200, first.text
+        assert first.json()["usage"]["total_tokens"] >= 40
+
+        def turns() -> object:
+            found = httpx.get(f"{gateway.url}/v1/sessions/{session}", headers=headers)
+            return found.json()["turns"] if found.status_code == 200 else 0
+
+        assert eventually(lambda: turns() == 1)
+        # The worker read the record (none yet) for the first turn and may reuse that for 60 s.
+        assert (tmp_path / "tollgate-state.db").exists()
+        second = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=headers)
+        assert openai_error(second, 429)["code"] == "session_budget_exceeded"
+    assert len(chats(upstream)) == 1
