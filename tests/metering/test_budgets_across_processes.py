@@ -146,7 +146,7 @@ async def test_spend_and_open_reservations_survive_a_crash_and_restart(
     store = SQLiteStore(tmp_path / "state.db")
     try:
         before = await fire([gateway.url], 10)
-        assert {r.status_code for r in before} == {200}
+        assert {r.status_code for r in before} == {200}, [r.text for r in before if r.status_code != 200]
         await wait_settled(store)
         [settled] = await store.counters("acme", (counter(),))
         assert settled == sum(cost_of(r.json()["usage"]) for r in before)
