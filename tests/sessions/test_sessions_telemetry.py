@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -123,7 +124,7 @@ def test_a_summary_goes_through_the_policy_redaction_and_the_decision_log(
             assert answer.status_code == 200, answer.text
             history.append(answer.json()["choices"][0]["message"])
 
-        def record() -> dict[str, object]:
+        def record() -> dict[str, Any]:
             found = httpx.get(f"{gateway.url}/v1/sessions/{session}", headers=headers)
             return found.json() if found.status_code == 200 else {}
 
@@ -141,7 +142,7 @@ def test_a_summary_goes_through_the_policy_redaction_and_the_decision_log(
     # The summary is spent on the session's behalf: its key and workflow, and it is no turn of it.
     assert {d["workflow"] for d in decisions} == {"triage"}
     # Every decision taken in the session is on its record, the summary's too.
-    assert sorted(stored["decision_ids"]) == sorted(d["decision_id"] for d in decisions)  # type: ignore[arg-type]
+    assert sorted(stored["decision_ids"]) == sorted(d["decision_id"] for d in decisions)
 
 
 def test_a_policys_session_cap_without_metering_holds_against_the_record_as_stored(
