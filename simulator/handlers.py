@@ -12,7 +12,7 @@ from aiohttp import web
 
 from simulator import async_queue
 from simulator.answers import BadRequest, reasoning_field
-from simulator.chat import Rendering, completion_object, messages_of, usage_dict, x_sim_of
+from simulator.chat import Rendering, completion_object, message_of, messages_of, usage_dict, x_sim_of
 from simulator.context_window import context_error, overflow
 from simulator.control import control_routes
 from simulator.embeddings import native_embeddings, openai_embeddings
@@ -246,10 +246,16 @@ class ReplicaApp:
         if slot is not replica:
             replica.stats.add(prompt_tokens, cached_tokens)
 
-    def _prompt(self, slot: CacheSlot, data: bytes, prompt_tokens: int) -> ChatAccounting:
-        """Look the prompt's blocks up in ``slot``'s cache; what the profile reports of the hits."""
+    def _prompt(
+        self, slot: CacheSlot, data: bytes, prompt_tokens: int, sequence: bytes | None = None
+    ) -> ChatAccounting:
+        """Look the prompt's blocks up in ``slot``'s cache; what the profile reports of the hits.
+        ``sequence``: the conversation with the answer appended, whose blocks (the generated
+        tokens' included) stay cached for the next turn."""
         block_tokens = self.state.config.block_tokens
         cached_tokens = slot.cache.lookup_and_insert(block_keys(data, block_tokens)) * block_tokens
+        if sequence is not None:
+            slot.cache.insert(block_keys(sequence, block_tokens))
         self._account(slot, prompt_tokens, cached_tokens)
         reported: int | None = cached_tokens
         if self.profile.cached_tokens == "never" or (
@@ -285,6 +291,8 @@ class ReplicaApp:
             cap = _cap(body)
             if overflow(self.profile, prompt_tokens, cap) is not None:  # refused before prefill
                 return context_error(self.profile, fmt, prompt_tokens, cap)
+        # The conversation as its next turn re-sends it: the first choice's message appended.
+        sequence = _prompt_of(body, [*messages, message_of(choices[0], self._rendering(model))])[0]
         slot = self._slot(request, rec, workers_ai)
         return await answer_chat(
             request,
@@ -293,7 +301,7 @@ class ReplicaApp:
             f"chatcmpl-sim{number}",
             body,
             choices,
-            self._prompt(slot, data, prompt_tokens),
+            self._prompt(slot, data, prompt_tokens, sequence),
             model,
             fault,
             wrap,

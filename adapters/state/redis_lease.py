@@ -5,13 +5,17 @@ The lease is a reservation record like a request's (`r:<lease id>`, in the `leas
 by lease end), so the sweep of every other script releases its budget holds when it
 expires, and `open_reservations` counts it. Its fields: `s` (o: open), `n` (the last
 applied sequence number), `b:<counter key>` (the hold), `u:<rate key>` (units taken since
-the lease began). A batch marks `r:<batch id>` settled, as a settle marks its id.
+the lease began). A batch marks `r:<batch id>` settled, as a settle marks its id, and
+updates the session records of its settlements in the same step (`redis_sessions.APPLY`,
+one update after another, in the batch's order), so a leased request of a session costs
+no store call of its own.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from adapters.state import redis_sessions
 from adapters.state.lease_batch import LEDGER_FIELDS, fold
 from adapters.state.redis_scripts import _PRELUDE
 from gateway.metering.lease_records import LeaseGrant, LeaseSync
@@ -20,15 +24,19 @@ from gateway.metering.records import RateState
 _STATES: dict[int, Any] = {0: "held", 1: "stale", 2: "closed"}
 
 # KEYS: leases, lease record, batch marker, budget counters (nc), rate keys (nq),
-#       batch spent counters (ns), batch refund rate keys (nf), batch ledger keys (nl)
+#       batch spent counters (ns), batch refund rate keys (nf), batch ledger keys (nl), then,
+#       when the batch carries session updates, the sessions' index `sx` and per update its
+#       record's keys (s, sd, sc)
 # ARGV: seq, lease_us, keep_ms, close 0|1, has batch 0|1, reservation prefix, nc, nq, ns, nf,
 #       nl, lease id; per budget (want, floor, limit, hard 0|1, expires_at); per rate (want,
 #       floor, per_minute); per spent (amount, expires_at); per refund inc_us; per ledger key
-#       (m, then m pairs of field, increment)
+#       (m, then m pairs of field, increment); per session update its SESSION_ARGC arguments;
+#       last, the number of session updates
 # Returns {state 0 held|1 stale|2 closed, batch applied 0|1, per budget (hold, used),
 #          per rate (taken, remaining, backlog_us)}
 LEASE = (
     _PRELUDE
+    + redis_sessions.APPLY
     + """
 local A = ARGV
 local seq, lease_us, keep = tonumber(A[1]), tonumber(A[2]), A[3]
@@ -51,6 +59,13 @@ if has_batch and redis.call('EXISTS', KEYS[3]) == 0 then
     local key, m = KEYS[kb + ns + nf + l], tonumber(A[a])
     for x = 1, m do redis.call('HINCRBY', key, A[a + 2 * x - 1], A[a + 2 * x]) end
     a = a + 1 + 2 * m
+  end
+  local nu = tonumber(A[#A])
+  local ku, au = #KEYS - 3 * nu, #A - 1 - SESSION_ARGC * nu
+  for u = 0, nu - 1 do
+    local k = ku + 3 * u
+    apply_session({KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[ku]},
+      {unpack(A, au + 1 + SESSION_ARGC * u, au + SESSION_ARGC * (u + 1))})
   end
   redis.call('HSET', KEYS[3], 's', 's')
   redis.call('PEXPIRE', KEYS[3], keep)
@@ -153,7 +168,7 @@ else
   redis.call('ZADD', KEYS[1], n(now + lease_us), A[12])
 end
 return out
-"""
+""".replace("SESSION_ARGC", str(redis_sessions.SESSION_ARGC))
 )
 
 
@@ -170,6 +185,11 @@ def lease_call(base: str, sync: LeaseSync) -> tuple[tuple[str, ...], tuple[str |
     keys += [base + "c:" + counter for counter in spent]
     keys += [base + "q:" + counter for counter in refunds]
     keys += [base + "l:" + day for day in ledger]
+    sessions = [s.session for s in sync.batch.settlements if s.session is not None] if sync.batch else []
+    if sessions:
+        keys.append(base + "sx")
+        for update in sessions:
+            keys += redis_sessions.keys(base, update.session)[:3]
     keep_s = sync.batch.keep_s if sync.batch is not None else 900
     args: list[str | int] = [
         sync.seq,
@@ -197,6 +217,9 @@ def lease_call(base: str, sync: LeaseSync) -> tuple[tuple[str, ...], tuple[str |
         for (key_id, model, workflow), sums in rows.items():
             for name, value in zip(LEDGER_FIELDS, sums, strict=True):
                 args += (f"{key_id}\t{model}\t{workflow}\t{name}", value)
+    for update in sessions:
+        args += redis_sessions.args(update)
+    args.append(len(sessions))
     return tuple(keys), tuple(args)
 
 

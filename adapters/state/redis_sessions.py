@@ -10,7 +10,9 @@ after the session's idle time.
 The update rides on the settle script (`settle_with_session`): the session's keys and
 arguments are appended to the settle's and taken off again before the settle's own body
 runs, which therefore stays exactly `redis_scripts.SETTLE`; the record is updated only when
-the settle applied (a settle repeated by a retry counts its turn once).
+the settle applied (a settle repeated by a retry counts its turn once). A lease's settle
+batch carries the updates of its requests the same way (`redis_lease.py`, `batch_call`),
+applied in order with the batch, only when the batch is.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ import orjson
 from gateway.sessions.records import Checkpoint, SessionRecord, SessionUpdate
 
 SESSION_KEYS = 4  # s, sd, sc, sx
+SESSION_ARGC = 16  # the arguments of one update (`args`)
 
 # K: {s, sd, sc, sx}; A: {session, turn, input, cached, output, cost, model, upstream, replica,
-# workflow, decision id, max decisions, idle ms, due, checkpoint JSON, max checkpoints}
-_APPLY = """
+# workflow, decision ids (space-separated), max decisions, idle ms, due, checkpoint JSON, max checkpoints}
+APPLY = """
 local function apply_session(K, A)
   local s = K[1]
   local before = redis.call('HMGET', s, 'f', 't', 'li')
@@ -53,7 +56,8 @@ local function apply_session(K, A)
   if A[7] ~= '' then redis.call('HSET', s, 'm', A[7], 'up', A[8], 'r', A[9]) end
   if A[10] ~= '' then redis.call('HSET', s, 'w', A[10]) end
   if A[11] ~= '' then
-    local len = redis.call('RPUSH', K[2], A[11])
+    local len = 0
+    for id in string.gmatch(A[11], '%S+') do len = redis.call('RPUSH', K[2], id) end
     local keep = tonumber(A[12])
     if len > keep then
       redis.call('LTRIM', K[2], -keep, -1)
@@ -88,7 +92,7 @@ def settle_with_session(settle: str, prelude: str) -> str:
     body = settle.removeprefix(prelude)
     return (
         prelude
-        + _APPLY
+        + APPLY
         + _TAKE_SESSION
         + "local function settle_main()\n"
         + body
@@ -98,7 +102,7 @@ def settle_with_session(settle: str, prelude: str) -> str:
 
 
 def update_script(prelude: str) -> str:
-    return prelude + _APPLY + "apply_session(KEYS, ARGV)\nreturn 1\n"
+    return prelude + APPLY + "apply_session(KEYS, ARGV)\nreturn 1\n"
 
 
 # KEYS: s, sd, sc. Returns {} or {hash fields, decision ids, checkpoints}.
@@ -146,7 +150,7 @@ def args(update: SessionUpdate) -> list[str | int]:
         update.upstream,
         update.replica,
         update.workflow,
-        update.decision_id,
+        " ".join(update.decision_ids),
         max(1, update.max_decisions),
         max(1, update.idle_s * 1000),
         update.due,

@@ -5,7 +5,8 @@ The lease is a row of `reservations` (state o, its budget holds in `charges`), s
 of every other operation releases its holds when it expires and `open_reservations` counts
 it; `lease_state` (made with the rest of the schema, `sqlite_tx.py`) keeps its sequence
 number and the rate units taken. A batch marks its id settled in `reservations`, as a
-settle marks a request's.
+settle marks a request's, and updates the session records of its settlements in the same
+transaction, one after another in the batch's order (`sqlite_sessions.apply`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sqlite3
 
 import orjson
 
-from adapters.state import sqlite_tx
+from adapters.state import sqlite_sessions, sqlite_tx
 from adapters.state.lease_batch import fold
 from gateway.metering.lease_records import LeaseGrant, LeaseSync, SettleBatch
 from gateway.metering.records import WINDOW_US, LedgerEntry, RateState
@@ -147,7 +148,8 @@ def _mark_settled(db: sqlite3.Connection, now_us: int, tenant: str, record_id: s
 
 
 def _apply_batch(db: sqlite3.Connection, now_us: int, tenant: str, batch: SettleBatch) -> bool:
-    """Add the batch's spend, refunds and ledger rows, unless its id is already settled."""
+    """Add the batch's spend, refunds, ledger rows and session updates, unless its id is
+    already settled."""
     if db.execute("SELECT 1 FROM reservations WHERE id = ?", (batch.batch_id,)).fetchone():
         return False
     folded = fold(batch)
@@ -164,5 +166,8 @@ def _apply_batch(db: sqlite3.Connection, now_us: int, tenant: str, batch: Settle
         for (key_id, model, workflow), sums in rows.items():
             entry = LedgerEntry(day, key_id, model, sums[1], sums[2], sums[3], sums[4], sums[0], workflow)
             sqlite_tx.add_ledger(db, tenant, entry)
+    for settlement in batch.settlements:
+        if settlement.session is not None:
+            sqlite_sessions.apply(db, now_us, settlement.session)
     _mark_settled(db, now_us, tenant, batch.batch_id, batch.keep_s * 1_000_000)
     return True

@@ -63,8 +63,8 @@ def apply(db: sqlite3.Connection, now_us: int, update: SessionUpdate) -> None:
         last_input = update.input_tokens
     decisions = list(found.decision_ids) if found else []
     dropped = found.decisions_dropped if found else 0
-    if update.decision_id:
-        decisions.append(update.decision_id)
+    if update.decision_ids:
+        decisions.extend(update.decision_ids)
         excess = max(0, len(decisions) - update.max_decisions)
         decisions, dropped = decisions[excess:], dropped + excess
     checkpoints = [_row(c) for c in found.checkpoints] if found else []

@@ -29,7 +29,6 @@ from gateway.metering.settle_retries import SettleRetries
 from gateway.metering.ticket import MeterTicket
 from gateway.ports import StateStore
 from gateway.sessions import charges as session_caps
-from gateway.sessions.records import SessionUpdate
 from gateway.sessions.settings import SessionSettings
 from gateway.sessions.update import session_update
 
@@ -65,11 +64,9 @@ class Settle:
             await idempotency.close(self._store, exchange, exchange.idempotency, self._idempotency_ttl_s)
         settlement = self._settlement(exchange, ticket, tenant)
         if ticket.lease is not None and self._leases is not None:
-            # Admitted against this worker's lease: the settlement goes in its next batch.
+            # Admitted against this worker's lease: the settlement, its session update
+            # included, goes in the lease's next batch (one store call for all of them).
             self._leases.settled(ticket.lease, settlement, _tokens(exchange))
-            if settlement is not None and settlement.session is not None:
-                # A lease's batch carries no session parts: the record takes its turn at once.
-                await self._update_session(settlement.session, exchange.request_id)
             return
         if settlement is None:
             return
@@ -139,15 +136,6 @@ class Settle:
         return Settlement(
             tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s, release, session=session
         )
-
-    async def _update_session(self, update: SessionUpdate, request_id: str) -> None:
-        try:
-            await self._store.update_session(update)
-        except StateStoreUnavailable:
-            logger.warning(
-                "session record not updated: the state store is unavailable",
-                extra={"request_id": request_id, "tenant": update.tenant},
-            )
 
     async def aclose(self) -> None:
         """Give the leases back with their last batches; stop the retries, giving each

@@ -43,7 +43,9 @@ class SessionUpdate:
     upstream: str
     replica: int
     workflow: str  # "" keeps the one recorded
-    decision_id: str  # "" when no policy decided
+    # The policy decisions taken for it, in order: the request's own (none when no policy
+    # decided), then its checkpoint summary's, which is a request of its own.
+    decision_ids: tuple[str, ...]
     max_decisions: int  # the record keeps this many decision ids, newest last, and counts the rest
     idle_s: int  # the record expires this long after its last update
     due: str = ""  # why a checkpoint is due now ("" when none is)

@@ -82,7 +82,10 @@ class SessionCheck:
             tokens = typical_input_tokens(exchange.body)
             if tokens > ceiling:
                 raise input_ceiling_exceeded(tokens, ceiling)
-        if not self._metered:
+        if not self._metered and ticket.limits.capped:
+            # Nothing reserves the caps here: they are held against the record read afresh,
+            # not the worker's cached copy (what requests still in flight spend is not in it).
+            ticket.record = await self._sessions.record(principal.tenant.name, ticket.key, fresh=True)
             self._check_caps(ticket)
 
     def _advise(self, exchange: Exchange, ticket: SessionTicket, plan: CheckpointPlan) -> None:
@@ -188,7 +191,8 @@ class SessionCheck:
 
     def _check_caps(self, ticket: SessionTicket) -> None:
         """Without metering there is nothing to reserve with: the caps are held against the
-        record as read (at most `sessions.cache_s` old), so concurrent requests may pass them."""
+        record as the store has it, which lacks what this session's requests in flight will
+        spend, so concurrent requests may pass them by that much."""
         record, limits = ticket.record, ticket.limits
         if record is None:
             return

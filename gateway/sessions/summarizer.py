@@ -92,6 +92,10 @@ class Summarizer:
                 return await self._run(self._pipeline, exchange)
         except TimeoutError:
             raise SummaryFailed("timeout", f"no summary within {timeout_s:g} s") from None
+        finally:
+            # The summary's decision (whatever came of it) is one taken in the session.
+            if exchange.decision_id and parent.session is not None:
+                parent.session.summary_decisions.append(str(exchange.decision_id))
 
     async def _run(self, pipeline: Pipeline, exchange: Exchange) -> str:
         exchange.trace = self._tracer.begin(exchange)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.sessions.records import Checkpoint, SessionRecord
 from gateway.sessions.rules import NO_LIMITS, SessionLimits
@@ -16,6 +16,9 @@ class SessionTicket:
     limits: SessionLimits = NO_LIMITS  # set once the decision is known
     due: str = ""  # why a checkpoint is due with this request
     checkpoint: Checkpoint | None = None  # made by this request (compact mode)
+    # Decision ids of this request's checkpoint summary (a request of its own, decided by the
+    # policy too), for the record's decision list.
+    summary_decisions: list[str] = field(default_factory=list)
     summary_failed: bool = False  # compact: the summarizer gave no summary (the turn went on uncompacted)
     compacted: int = 0  # leading messages this request had replaced by a summary
     recorded: bool = False  # the settle carries the record's update (else the recorder writes it)

@@ -37,7 +37,8 @@ def session_update(
         upstream=served.upstream if served is not None else "",
         replica=served.replica if served is not None else 0,
         workflow=ticket.workflow,
-        decision_id=str(exchange.decision_id or ""),
+        decision_ids=((str(exchange.decision_id),) if exchange.decision_id else ())
+        + tuple(ticket.summary_decisions),
         max_decisions=settings.max_decisions,
         idle_s=settings.idle_s,
         due=ticket.due,

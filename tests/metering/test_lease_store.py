@@ -10,6 +10,7 @@ import uuid
 from gateway.metering.lease_records import LeaseBudget, LeaseRate, LeaseSync, SettleBatch
 from gateway.metering.records import LedgerEntry, RateCharge, ReserveRequest, Settlement
 from gateway.ports import StateStore
+from gateway.sessions.records import SessionUpdate
 from tests.metering.test_store_contract import EXPIRES, budget, reserve_request
 
 COUNTER = "t:day:2026-11-22:usd"
@@ -154,3 +155,35 @@ async def test_a_batch_keeps_each_ledger_row_apart_by_workflow(store: StateStore
         ("default", 1, 10),
         ("search", 2, 20),
     ]
+
+
+def turn_of(session: str, prompt: int, decision: str) -> Settlement:
+    """A settlement carrying one turn of `session` (its cost: the prompt's tokens, in micros)."""
+    update = SessionUpdate(
+        "acme", session, 1, prompt, 0, 5, prompt, "chat", "local", 0, "", (decision,), 10, 3600
+    )
+    ledger = LedgerEntry(DAY, "k1", "m1", prompt, 0, 5, prompt)
+    return Settlement("acme", uuid.uuid4().hex, ((COUNTER, 50, EXPIRES),), (), ledger, 600, session=update)
+
+
+async def test_a_batch_updates_its_sessions_once_in_the_batch_order(store: StateStore) -> None:
+    one, other = uuid.uuid4().hex, uuid.uuid4().hex
+    await store.lease(sync("lease-a", 1, hold(500)))
+    batch = SettleBatch(
+        uuid.uuid4().hex, (turn_of(one, 10, "d1"), turn_of(other, 7, "d2"), turn_of(one, 25, "d3")), 600
+    )
+    applied = await store.lease(sync("lease-a", 2, hold(350, floor=350), batch=batch))
+    assert applied.batch_applied
+    again = await store.lease(sync("lease-a", 3, hold(350, floor=350), batch=batch))
+    assert not again.batch_applied
+    record = await store.session("acme", one)
+    assert record is not None
+    assert (record.turns, record.input_tokens, record.output_tokens, record.cost_micros) == (2, 35, 10, 35)
+    assert (record.first_input, record.last_input, record.last_growth) == (10, 25, 15)
+    assert record.decision_ids == ("d1", "d3")
+    assert (record.model, record.upstream) == ("chat", "local")
+    second = await store.session("acme", other)
+    assert second is not None
+    assert (second.turns, second.input_tokens, second.decision_ids) == (1, 7, ("d2",))
+    assert {r.session for r in await store.sessions(("acme",), "tokens", 10)} == {one, other}
+    assert applied.used == (500,)

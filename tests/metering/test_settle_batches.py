@@ -1,7 +1,8 @@
 """Settle batches and a store that goes away: a batch the store did not answer is sent again
 until it is taken, and counted once, whether the first try reached the store late (a
 redis-server stopped with SIGSTOP, then resumed: the first try and the retry both arrive)
-or not at all (a redis-server killed, then restarted). The leases of a real `Leases` on a
+or not at all (a redis-server killed, then restarted); the session records a batch updates
+take each turn once too. The leases of a real `Leases` on a
 real Redis; the requests are the meter's and settle's calls, made directly."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gateway.metering.lease import LeaseDraw
 from gateway.metering.leases import Leases
 from gateway.metering.plan import Budget, MeterPlan, Periods
 from gateway.metering.records import BudgetCharge, LedgerEntry, ReserveRequest, Settlement
+from gateway.sessions.records import SessionUpdate
 from tests.metering.processes import RedisProcess
 from tests.processes import process_timeout
 
@@ -50,11 +52,17 @@ def request(counter: str, expires_at: int) -> ReserveRequest:
     return ReserveRequest("acme", uuid.uuid4().hex, (charge,), (), 60)
 
 
-def settlement(draw_request: ReserveRequest, day: str) -> Settlement:
+def settlement(draw_request: ReserveRequest, day: str, session: SessionUpdate | None = None) -> Settlement:
     [charge] = draw_request.budgets
     ledger = LedgerEntry(day, "k1", "m1", 10, 0, 5, SPENT)
-    return Settlement(
-        "acme", draw_request.reservation_id, ((charge.counter, SPENT, charge.expires_at),), (), ledger, 600
+    spent = ((charge.counter, SPENT, charge.expires_at),)
+    return Settlement("acme", draw_request.reservation_id, spent, (), ledger, 600, session=session)
+
+
+def turn(session: str, n: int) -> SessionUpdate:
+    """The n-th turn of a session: 10 * n input tokens, decided by decision `d<n>`."""
+    return SessionUpdate(
+        "acme", session, 1, 10 * n, 0, 5, SPENT, "chat", "local", 0, "", (f"d{n}",), 100, 3600
     )
 
 
@@ -87,10 +95,15 @@ async def spent_and_requests(store: RedisStore) -> tuple[int, int]:
     return used, sum(row.requests for row in rows)
 
 
-async def settle_all(leases: Leases, drawn: list[tuple[LeaseDraw, ReserveRequest]]) -> None:
+async def settle_all(
+    leases: Leases, drawn: list[tuple[LeaseDraw, ReserveRequest]], sessions: tuple[str, ...] = ()
+) -> None:
+    """Settle every drawn request; with `sessions`, the i-th one is turn i // len(sessions) + 1
+    of session i % len(sessions)."""
     day = periods().day
-    for draw, made in drawn:
-        leases.settled(draw, settlement(made, day), tokens=15)
+    for i, (draw, made) in enumerate(drawn):
+        update = turn(sessions[i % len(sessions)], i // len(sessions) + 1) if sessions else None
+        leases.settled(draw, settlement(made, day, update), tokens=15)
 
 
 async def wait_for(predicate_store: RedisStore, expected: tuple[int, int], seconds: float = 30) -> None:
@@ -161,4 +174,54 @@ async def test_a_batch_lost_with_a_dead_store_is_sent_again_once_it_is_back(redi
     finally:
         await leases.aclose()
         await store.aclose()
+        redis.kill()
+
+
+@pytest.mark.parametrize("outage", ["stopped", "killed"])
+async def test_the_session_updates_of_a_batch_lost_to_an_outage_are_applied_once(
+    redis: RedisProcess, outage: str
+) -> None:
+    """A batch carrying the turns of two sessions, sent to a store that is stopped (the first
+    try arrives late, with its retry) or killed and restarted (the retry alone arrives):
+    each session takes each of its turns once, in order."""
+    prefix = f"tgbatch-{uuid.uuid4().hex[:8]}"
+    store = RedisStore(redis.url, prefix, timeout_s=0.3)
+    leases = Leases(store, lease_grace_s=1, keep_s=600)
+    sessions = (uuid.uuid4().hex, uuid.uuid4().hex)
+    observer: RedisStore | None = None
+    try:
+        drawn = await busy_lease(leases, store, 20)
+        if outage == "stopped":
+            os.kill(redis.popen.pid, signal.SIGSTOP)
+        else:
+            redis.kill()
+        try:
+            await settle_all(leases, drawn, sessions)
+            for _ in range(200):
+                await asyncio.sleep(0.05)
+                if leases.waiting_batches():
+                    break
+            assert leases.waiting_batches() == 1
+        finally:
+            if outage == "stopped":
+                os.kill(redis.popen.pid, signal.SIGCONT)
+            else:
+                redis = redis.restart()
+        observer = RedisStore(redis.url, prefix, timeout_s=10)
+        await wait_for(observer, (SPENT * 21, 21))
+        await leases.aclose()
+        assert await spent_and_requests(observer) == (SPENT * 21, 21)
+        for session in sessions:
+            record = await observer.session("acme", session)
+            assert record is not None
+            assert record.turns == 10
+            assert record.input_tokens == 10 * sum(range(1, 11))
+            assert record.cost_micros == SPENT * 10
+            assert (record.last_input, record.last_growth) == (100, 10)
+            assert record.decision_ids == tuple(f"d{n}" for n in range(1, 11))
+    finally:
+        await leases.aclose()
+        await store.aclose()
+        if observer is not None:
+            await observer.aclose()
         redis.kill()

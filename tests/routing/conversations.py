@@ -36,10 +36,13 @@ class Conversation:
 
 def ideal_cached_tokens(prompts: list[list[dict[str, Any]]]) -> tuple[int, int]:
     """(cached, prompt) tokens over one conversation's turns when every turn finds all the
-    earlier ones in its replica's cache: the simulator's own block arithmetic."""
+    earlier ones in its replica's cache: the simulator's own block arithmetic (a turn leaves
+    its answer's blocks cached too: the conversation up to the next user message)."""
     cached = prompt = 0
     seen: set[int] = set()
-    for messages in prompts:
+    for number, messages in enumerate(prompts):
+        if number:
+            seen.update(block_keys(orjson.dumps(messages[:-1]), BLOCK_TOKENS))
         data = orjson.dumps(messages)
         prompt += count_bytes_tokens(data)
         keys = block_keys(data, BLOCK_TOKENS)

@@ -24,7 +24,7 @@ def update(session: str = "s1", tenant: str = "acme", **changes: object) -> Sess
         "upstream": "local",
         "replica": 1,
         "workflow": "triage",
-        "decision_id": uuid.uuid4().hex,
+        "decision_ids": (uuid.uuid4().hex,),
         "max_decisions": 3,
         "idle_s": 600,
     }
@@ -52,7 +52,7 @@ async def test_a_settle_creates_then_adds_to_the_record(store: StateStore) -> No
     assert (record.first_input, record.last_input, record.last_growth) == (100, 160, 60)
     assert record.growth_slope == 60
     assert (record.model, record.upstream, record.replica, record.workflow) == ("chat", "backup", 0, "triage")
-    assert record.decision_ids == (first.decision_id, second.decision_id)
+    assert record.decision_ids == first.decision_ids + second.decision_ids
     assert record.first_seen_us <= record.last_seen_us
 
 
@@ -70,7 +70,7 @@ async def test_a_repeated_settle_counts_its_turn_once(store: StateStore) -> None
 async def test_decision_ids_are_bounded_and_the_older_ones_counted(store: StateStore) -> None:
     ids = [uuid.uuid4().hex for _ in range(5)]
     for decision in ids:
-        await store.update_session(update(decision_id=decision))
+        await store.update_session(update(decision_ids=(decision,)))
     record = await store.session("acme", "s1")
     assert record is not None
     assert record.decision_ids == tuple(ids[-3:])
@@ -85,7 +85,7 @@ async def test_a_request_not_served_adds_no_turn_but_keeps_its_decision(store: S
     assert record is not None
     assert record.turns == 1
     assert (record.model, record.upstream) == ("chat", "local")
-    assert record.decision_ids[-1] == refused.decision_id
+    assert record.decision_ids[-1:] == refused.decision_ids
 
 
 async def test_checkpoints_and_the_due_reason_are_kept(store: StateStore) -> None:

@@ -28,7 +28,7 @@ def update(tenant: str, session_id: str, tokens: int) -> SessionUpdate:
         "local",
         0,
         "",
-        "d1",
+        ("d1",),
         8,
         600,
     )

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
 from gateway.stages.admit import scoped_session_key
 from simulator import RunningSimulator
@@ -121,6 +123,13 @@ def test_a_summary_goes_through_the_policy_redaction_and_the_decision_log(
             )
             assert answer.status_code == 200, answer.text
             history.append(answer.json()["choices"][0]["message"])
+
+        def record() -> dict[str, Any]:
+            found = httpx.get(f"{gateway.url}/v1/sessions/{session}", headers=headers)
+            return found.json() if found.status_code == 200 else {}
+
+        assert eventually(lambda: record().get("turns") == 3)
+        stored = record()
     summaries = [r for r in chats(upstream) if r.body["messages"][-1]["content"].startswith("Summarize")]
     assert len(summaries) == 1
     sent = json.dumps(summaries[0].body)
@@ -132,3 +141,39 @@ def test_a_summary_goes_through_the_policy_redaction_and_the_decision_log(
     assert {d["session_key"] for d in decisions} == {key}
     # The summary is spent on the session's behalf: its key and workflow, and it is no turn of it.
     assert {d["workflow"] for d in decisions} == {"triage"}
+    # Every decision taken in the session is on its record, the summary's too.
+    assert sorted(stored["decision_ids"]) == sorted(d["decision_id"] for d in decisions)
+
+
+def test_a_policys_session_cap_without_metering_holds_against_the_record_as_stored(
+    upstream: RunningSimulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No state store, budget or cap in the config (metering off; the records in the embedded
+    store, in the working directory): the policy's cap is checked against the record as the
+    store has it, not the worker's cached copy (`sessions.cache_s` long)."""
+    monkeypatch.chdir(tmp_path)
+    tenants = {**TENANTS, "alpha": {**TENANTS["alpha"], "session": {"max_tokens": 40}}}
+    policy = {"dir": str(write_policy_dir(tmp_path / "policies", tenants))}
+    config = policy_gateway_config(
+        upstream,
+        policy,
+        sessions={"enabled": True, "cache_s": 60},
+    )
+    session = f"capped-{uuid.uuid4().hex}"
+    headers = {"authorization": f"Bearer {TEST_KEY}", "x-session-id": session}
+    body = {"model": "chat", "messages": [{"role": "user", "content": "hello " * 20}], "max_tokens": 16}
+    with running_gateway(config) as gateway:
+        first = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=headers)
+        assert first.status_code == 200, first.text
+        assert first.json()["usage"]["total_tokens"] >= 40
+
+        def turns() -> object:
+            found = httpx.get(f"{gateway.url}/v1/sessions/{session}", headers=headers)
+            return found.json()["turns"] if found.status_code == 200 else 0
+
+        assert eventually(lambda: turns() == 1)
+        # The worker read the record (none yet) for the first turn and may reuse that for 60 s.
+        assert (tmp_path / "tollgate-state.db").exists()
+        second = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=headers)
+        assert openai_error(second, 429)["code"] == "session_budget_exceeded"
+    assert len(chats(upstream)) == 1

@@ -38,8 +38,10 @@ async def test_next_turn_hits_the_cache(sim: Simulator, http: aiohttp.ClientSess
     assert _cached(first) == 0
     assert _cached(second) > 0
     assert _cached(second) % BLOCK == 0
-    assert _cached(second) <= first["prompt_tokens"] < second["prompt_tokens"]
-    assert first["prompt_tokens"] - _cached(second) < BLOCK  # every full block of turn 1 was reused
+    assert first["prompt_tokens"] < second["prompt_tokens"]
+    # Every full block of turn 1 was reused; the next may be too (the answer's, cached after
+    # turn 1, begins with the same `{"role":"assistant","content":"`), not the test's own text.
+    assert first["prompt_tokens"] - BLOCK < _cached(second) <= first["prompt_tokens"] + BLOCK
     stats = sim.replica_stats()
     assert stats[0] == {
         "requests": 2,
@@ -88,13 +90,33 @@ async def test_workers_ai_sessions_spread_over_instances(http: aiohttp.ClientSes
         assert len({rec.workers_ai_replica for rec in sim.requests}) > 1
 
 
-def test_prefix_cache_lru_eviction() -> None:
+def test_prefix_cache_lru_eviction_takes_a_sequences_tail_first() -> None:
     cache = PrefixCache(capacity=3)
     assert cache.lookup_and_insert([1, 2, 3]) == 0
     assert cache.lookup_and_insert([1, 2, 3]) == 3
-    assert cache.lookup_and_insert([1, 4]) == 1  # evicts 2, the least recently used
-    assert cache.lookup_and_insert([1, 2]) == 1
+    # Evicts 3: the least recently used sequence, its tail first (its head, 1, was just used).
+    assert cache.lookup_and_insert([1, 4]) == 1
+    assert cache.lookup_and_insert([1, 2]) == 2
+    assert cache.lookup_and_insert([5, 6, 7]) == 0  # a sequence as long as the cache takes it all
+    assert cache.lookup_and_insert([1]) == 0
     assert len(cache) == 3
+
+
+async def test_the_answers_blocks_stay_cached_for_the_next_turn(
+    sim: Simulator, http: aiohttp.ClientSession
+) -> None:
+    url = sim.url + "/v1/chat/completions"
+    body = chat_body("Tell me about toll gates, at length please.")
+    async with http.post(url, json=body) as resp:
+        first = await resp.json()
+    answer = first["choices"][0]["message"]
+    body["messages"] += [answer, {"role": "user", "content": "And then?"}]
+    second = await _usage(http, url, body)
+    answered = count_bytes_tokens(prompt_bytes(body["messages"][:-1], None))
+    # Every full block up to the end of the answer was cached, the generated tokens' too: more
+    # than the first prompt held (its full blocks alone would be fewer tokens than it had).
+    assert first["usage"]["prompt_tokens"] < _cached(second)
+    assert answered - _cached(second) < BLOCK
 
 
 def test_tokenizer_is_deterministic_and_prefix_preserving() -> None:
