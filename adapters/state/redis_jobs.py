@@ -7,6 +7,10 @@ sat unacknowledged in another consumer's pending list for `visibility_s` (XAUTOC
 worker died or stalled; a live one extends its claims well before), then reads new entries
 (XREADGROUP). An entry is acknowledged and deleted once its job finishes or goes back to
 wait out a backoff, so the stream holds only what is queued or running.
+
+On a Redis Cluster (`jobs.redis_cluster: true`) every key carries the one hash tag `{jobs}`,
+so the whole queue is one slot: its scripts and transactions never cross slots, and the
+cluster's value to it is failover to a replica, not spreading its load (docs/async.md).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from functools import partial
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
 from adapters.state import redis_jobs_scripts as scripts
@@ -49,10 +53,14 @@ class RedisJobStore:
         prefix: str = "tollgate",
         timeout_s: float = 2.0,
         clock: Callable[[], float] = time.time,
+        cluster: bool = False,
     ) -> None:
         # Any: redis-py's annotations mix bytes and str replies; this module decodes them itself.
-        self._redis: Any = Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        client = RedisCluster if cluster else Redis
+        self._redis: Any = client.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        self._cluster = cluster
         self._base = f"{prefix}:{{jobs}}:"
+        self._stream = [self._base + "stream"]  # every script's KEYS: it routes them to the queue's slot
         self._clock = clock
         self._group_ready = False
         self._submit = self._redis.register_script(scripts.SUBMIT)
@@ -80,6 +88,21 @@ class RedisJobStore:
                 raise
         self._group_ready = True
 
+    async def _load_submit(self) -> None:
+        """Before a transaction that runs SUBMIT: redis-py loads a transaction's scripts first
+        on one server but not on a cluster, where an unknown script inside MULTI would fail
+        alone and leave the transaction's other commands applied."""
+        if self._cluster:
+            await self._redis.script_load(scripts.SUBMIT)
+
+    async def _queue_submit(self, pipe: Any, job: NewJob) -> None:
+        if self._cluster:
+            # redis-py refuses `evalsha` in a cluster pipeline, since a script's keys could
+            # be anywhere; this one's are the queue's one slot, and `_load_submit` loaded it.
+            pipe.execute_command("EVALSHA", self._submit.sha, 1, *self._stream, *self._submit_args(job))
+        else:
+            await self._submit(keys=self._stream, args=self._submit_args(job), client=pipe)
+
     def _submit_args(self, job: NewJob) -> list[Any]:
         args: list[Any] = [self._base, _GROUP, job.id, job.tenant, repr(job.created_at), repr(job.expires_at)]
         args += ["payload", job.payload, "line", job.line]
@@ -92,9 +115,10 @@ class RedisJobStore:
     async def submit(self, jobs: list[NewJob]) -> None:
         async def run() -> None:
             await self._ensure_group()
+            await self._load_submit()
             async with self._redis.pipeline(transaction=True) as pipe:
                 for job in jobs:
-                    await self._submit(args=self._submit_args(job), client=pipe)
+                    await self._queue_submit(pipe, job)
                 await pipe.execute()
 
         await self._call(run)
@@ -104,7 +128,7 @@ class RedisJobStore:
             await self._ensure_group()
             now = self._clock()
             stream = self._base + "stream"
-            await self._promote(args=[self._base, repr(now), _PROMOTE_LIMIT])
+            await self._promote(keys=self._stream, args=[self._base, repr(now), _PROMOTE_LIMIT])
             entries: list[tuple[bytes, dict[bytes, bytes]]] = []
             reclaimed = await self._redis.xautoclaim(
                 stream, _GROUP, worker, min_idle_time=max(1, int(visibility_s * 1000)), count=limit
@@ -118,7 +142,8 @@ class RedisJobStore:
             for entry, fields in entries:
                 token = f"{worker}:{uuid.uuid4().hex}"
                 job_id = fields[b"job"].decode()
-                raw = await self._take(args=[self._base, _GROUP, entry, job_id, token, repr(now)])
+                take: list[Any] = [self._base, _GROUP, entry, job_id, token, repr(now)]
+                raw = await self._take(keys=self._stream, args=take)
                 if raw:
                     claims.append(_claim(_fields(raw), token))
             return claims
@@ -128,9 +153,8 @@ class RedisJobStore:
 
     async def extend(self, claim: Claim, visibility_s: float) -> bool:
         consumer = claim.token.rsplit(":", 1)[0]
-        done = await self._call(
-            lambda: self._extend(args=[self._base, _GROUP, claim.id, claim.token, consumer])
-        )
+        args = [self._base, _GROUP, claim.id, claim.token, consumer]
+        done = await self._call(lambda: self._extend(keys=self._stream, args=args))
         return bool(done)
 
     async def retry_later(
@@ -138,7 +162,7 @@ class RedisJobStore:
     ) -> bool:
         visible_at = repr(self._clock() + delay_s)
         args: list[Any] = [self._base, _GROUP, claim.id, claim.token, visible_at, cause, payload or b""]
-        return bool(await self._call(lambda: self._retry(args=args)))
+        return bool(await self._call(lambda: self._retry(keys=self._stream, args=args)))
 
     async def finish(self, claim: Claim, result: JobResult) -> bool:
         args = [
@@ -152,7 +176,7 @@ class RedisJobStore:
             repr(self._clock()),
             max(1, int(result.keep_s * 1000)),
         ]
-        return bool(await self._call(lambda: self._finish(args=args)))
+        return bool(await self._call(lambda: self._finish(keys=self._stream, args=args)))
 
     async def job(self, tenant: str, job_id: str) -> JobView | None:
         raw = await self._call(lambda: self._redis.hgetall(self._base + "job:" + job_id))
@@ -163,7 +187,7 @@ class RedisJobStore:
 
     async def cancel_job(self, tenant: str, job_id: str, result: JobResult) -> NewJob | None:
         args = self._cancel_args(job_id, tenant, result)
-        raw = await self._call(lambda: self._cancel_job(args=args))
+        raw = await self._call(lambda: self._cancel_job(keys=self._stream, args=args))
         return _new_job(_fields(raw)) if raw else None
 
     def _cancel_args(self, target: str, tenant: str, result: JobResult) -> list[Any]:
@@ -253,6 +277,7 @@ class RedisJobStore:
 
         async def run() -> None:
             await self._ensure_group()
+            await self._load_submit()
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.hset(
                     key,
@@ -270,7 +295,7 @@ class RedisJobStore:
                     pipe.rpush(self._base + "batchjobs:" + batch.id, *(j.id for j in lines))
                     pipe.expireat(self._base + "batchjobs:" + batch.id, int(batch.keep_until) + 1)
                 for job in jobs:
-                    await self._submit(args=self._submit_args(job), client=pipe)
+                    await self._queue_submit(pipe, job)
                 for job, result in refused:
                     job_key = self._base + "job:" + job.id
                     fields: dict[str, Any] = {
@@ -345,7 +370,7 @@ class RedisJobStore:
 
     async def cancel_batch(self, tenant: str, batch_id: str, result: JobResult) -> list[NewJob] | None:
         args = self._cancel_args(batch_id, tenant, result)
-        raw = await self._call(lambda: self._cancel_batch(args=args))
+        raw = await self._call(lambda: self._cancel_batch(keys=self._stream, args=args))
         if raw is None:
             return None
         return [_new_job(_fields(item)) for item in raw]
