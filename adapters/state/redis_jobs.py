@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from adapters.state import redis_jobs_scripts as scripts
@@ -72,11 +73,23 @@ class RedisJobStore:
         self._cancel_job = self._redis.register_script(scripts.CANCEL_JOB)
         self._cancel_batch = self._redis.register_script(scripts.CANCEL_BATCH)
 
-    async def _call(self, make: Callable[[], Any]) -> Any:
+    async def _call(self, make: Callable[[], Any], read: bool = False) -> Any:
+        """`read`: the call changes nothing, so it is made once more on a fresh connection when
+        its connection turns out closed (Redis restarted); a write is never sent twice."""
         try:
             return await make()
         except RedisError as exc:
-            raise StateStoreUnavailable(f"The job store (Redis) failed: {exc}.") from exc
+            failure: RedisError = exc
+            if isinstance(exc, RedisConnectionError) and not self._cluster:
+                # Redis restarted or dropped this process: the pool's idle connections are as
+                # dead as this one. (The cluster client reconnects and retries by itself.)
+                await self._redis.connection_pool.disconnect(inuse_connections=False)
+                if read:
+                    try:
+                        return await make()
+                    except RedisError as again:
+                        failure = again
+            raise StateStoreUnavailable(f"The job store (Redis) failed: {failure}.") from failure
 
     async def _ensure_group(self) -> None:
         if self._group_ready:
@@ -179,7 +192,7 @@ class RedisJobStore:
         return bool(await self._call(lambda: self._finish(keys=self._stream, args=args)))
 
     async def job(self, tenant: str, job_id: str) -> JobView | None:
-        raw = await self._call(lambda: self._redis.hgetall(self._base + "job:" + job_id))
+        raw = await self._call(lambda: self._redis.hgetall(self._base + "job:" + job_id), read=True)
         fields = {k.decode(): v for k, v in raw.items()}
         if not fields or fields.get("tenant") != tenant.encode():
             return None
@@ -221,7 +234,7 @@ class RedisJobStore:
     async def file(self, tenant: str, file_id: str) -> StoredFile | None:
         key = self._base + "file:" + file_id
         names = ("tenant", "purpose", "filename", "bytes", "created_at", "expires_at")
-        values = await self._call(lambda: self._redis.hmget(key, names))
+        values = await self._call(lambda: self._redis.hmget(key, names), read=True)
         if values[0] is None or values[0].decode() != tenant:
             return None
         return StoredFile(
@@ -236,7 +249,7 @@ class RedisJobStore:
 
     async def file_content(self, tenant: str, file_id: str) -> bytes | None:
         key = self._base + "file:" + file_id
-        values = await self._call(lambda: self._redis.hmget(key, ("tenant", "content")))
+        values = await self._call(lambda: self._redis.hmget(key, ("tenant", "content")), read=True)
         if values[0] is None or values[0].decode() != tenant:
             return None
         content: bytes = values[1]
@@ -245,7 +258,7 @@ class RedisJobStore:
     async def files(self, tenant: str, limit: int) -> list[StoredFile]:
         index = self._base + "files:" + tenant
         found: list[StoredFile] = []
-        for file_id in await self._call(lambda: self._redis.zrevrange(index, 0, limit * 2)):
+        for file_id in await self._call(lambda: self._redis.zrevrange(index, 0, limit * 2), read=True):
             stored = await self.file(tenant, file_id.decode())
             if stored is None:  # expired: drop it from the index
                 await self._call(partial(self._redis.zrem, index, file_id))
@@ -321,7 +334,7 @@ class RedisJobStore:
         await self._call(run)
 
     async def batch(self, tenant: str, batch_id: str) -> BatchView | None:
-        raw = await self._call(lambda: self._redis.hgetall(self._base + "batch:" + batch_id))
+        raw = await self._call(lambda: self._redis.hgetall(self._base + "batch:" + batch_id), read=True)
         fields = {k.decode(): v for k, v in raw.items()}
         if not fields or fields.get("tenant") != tenant.encode():
             return None
@@ -341,7 +354,7 @@ class RedisJobStore:
             return found
 
         views = []
-        for batch_id in await self._call(ids):
+        for batch_id in await self._call(ids, read=True):
             view = await self.batch(tenant, batch_id.decode())
             if view is None:  # expired: drop it from the index
                 await self._call(partial(self._redis.zrem, index, batch_id))
@@ -365,7 +378,7 @@ class RedisJobStore:
                     views.append(_view(fields))
             return views
 
-        jobs: list[JobView] = await self._call(run)
+        jobs: list[JobView] = await self._call(run, read=True)
         return jobs
 
     async def cancel_batch(self, tenant: str, batch_id: str, result: JobResult) -> list[NewJob] | None:
@@ -388,7 +401,7 @@ class RedisJobStore:
         await self._call(lambda: self._redis.hset(self._base + "webhooks:" + hook.tenant, hook.id, document))
 
     async def webhooks(self, tenant: str) -> list[Webhook]:
-        raw = await self._call(lambda: self._redis.hgetall(self._base + "webhooks:" + tenant))
+        raw = await self._call(lambda: self._redis.hgetall(self._base + "webhooks:" + tenant), read=True)
         hooks = [Webhook(**orjson.loads(value)) for value in raw.values()]
         return sorted(hooks, key=lambda hook: (hook.created_at, hook.id))
 
@@ -411,7 +424,7 @@ class RedisJobStore:
                 )
             return depths
 
-        found: list[QueueDepth] = await self._call(run)
+        found: list[QueueDepth] = await self._call(run, read=True)
         return found
 
     async def purge(self) -> int:
