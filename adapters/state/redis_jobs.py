@@ -27,12 +27,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from adapters.state import redis_jobs_scripts as scripts
+from adapters.state.redis_jobs_records import batch_view_of, claim_of, fields_of, new_job_of, view_of
 from gateway.errors import StateStoreUnavailable
 from gateway.jobs.records import (
     BatchView,
     Claim,
     JobResult,
-    JobState,
     JobView,
     NewBatch,
     NewJob,
@@ -158,7 +158,7 @@ class RedisJobStore:
                 take: list[Any] = [self._base, _GROUP, entry, job_id, token, repr(now)]
                 raw = await self._take(keys=self._stream, args=take)
                 if raw:
-                    claims.append(_claim(_fields(raw), token))
+                    claims.append(claim_of(fields_of(raw), token))
             return claims
 
         claims: list[Claim] = await self._call(run)
@@ -196,12 +196,12 @@ class RedisJobStore:
         fields = {k.decode(): v for k, v in raw.items()}
         if not fields or fields.get("tenant") != tenant.encode():
             return None
-        return _view(fields)
+        return view_of(fields)
 
     async def cancel_job(self, tenant: str, job_id: str, result: JobResult) -> NewJob | None:
         args = self._cancel_args(job_id, tenant, result)
         raw = await self._call(lambda: self._cancel_job(keys=self._stream, args=args))
-        return _new_job(_fields(raw)) if raw else None
+        return new_job_of(fields_of(raw)) if raw else None
 
     def _cancel_args(self, target: str, tenant: str, result: JobResult) -> list[Any]:
         now = self._clock()
@@ -338,7 +338,7 @@ class RedisJobStore:
         fields = {k.decode(): v for k, v in raw.items()}
         if not fields or fields.get("tenant") != tenant.encode():
             return None
-        return _batch_view(fields)
+        return batch_view_of(fields)
 
     async def batches(self, tenant: str, after: str | None, limit: int) -> list[BatchView]:
         index = self._base + "batches:" + tenant
@@ -375,7 +375,7 @@ class RedisJobStore:
             for raw in rows:
                 fields = {k.decode(): v for k, v in raw.items()}
                 if fields and fields.get("tenant") == tenant.encode():
-                    views.append(_view(fields))
+                    views.append(view_of(fields))
             return views
 
         jobs: list[JobView] = await self._call(run, read=True)
@@ -386,7 +386,7 @@ class RedisJobStore:
         raw = await self._call(lambda: self._cancel_batch(keys=self._stream, args=args))
         if raw is None:
             return None
-        return [_new_job(_fields(item)) for item in raw]
+        return [new_job_of(fields_of(item)) for item in raw]
 
     async def put_webhook(self, hook: Webhook) -> None:
         document = orjson.dumps(
@@ -445,72 +445,3 @@ class RedisJobStore:
 
     async def aclose(self) -> None:
         await self._redis.aclose()
-
-
-def _fields(raw: list[bytes]) -> dict[str, bytes]:
-    return {raw[i].decode(): raw[i + 1] for i in range(0, len(raw), 2)}
-
-
-def _text(fields: dict[str, bytes], name: str) -> str | None:
-    value = fields.get(name)
-    return value.decode() if value is not None else None
-
-
-def _claim(fields: dict[str, bytes], token: str) -> Claim:
-    return Claim(
-        id=fields["id"].decode(),
-        tenant=fields["tenant"].decode(),
-        payload=fields.get("payload", b""),
-        token=token,
-        attempt=int(fields["attempts"]),
-        created_at=float(fields["created_at"]),
-        expires_at=float(fields["expires_at"]),
-        batch_id=_text(fields, "batch_id"),
-        custom_id=_text(fields, "custom_id"),
-    )
-
-
-def _new_job(fields: dict[str, bytes]) -> NewJob:
-    return NewJob(
-        id=fields["id"].decode(),
-        tenant=fields["tenant"].decode(),
-        payload=fields.get("payload", b""),
-        created_at=float(fields["created_at"]),
-        expires_at=float(fields["expires_at"]),
-        batch_id=_text(fields, "batch_id"),
-        line=int(fields.get("line", b"0")),
-        custom_id=_text(fields, "custom_id"),
-    )
-
-
-def _view(fields: dict[str, bytes]) -> JobView:
-    finished = fields.get("finished_at")
-    status = fields.get("status")
-    return JobView(
-        id=fields["id"].decode(),
-        tenant=fields["tenant"].decode(),
-        state=JobState(fields["state"].decode()),
-        created_at=float(fields["created_at"]),
-        expires_at=float(fields["expires_at"]),
-        attempts=int(fields.get("attempts", b"0")),
-        started=fields.get("started", b"0") == b"1",
-        finished_at=float(finished) if finished is not None else None,
-        status=int(status) if status is not None else None,
-        body=fields.get("body"),
-        batch_id=_text(fields, "batch_id"),
-        custom_id=_text(fields, "custom_id"),
-        line=int(fields.get("line", b"0")),
-    )
-
-
-def _batch_view(fields: dict[str, bytes]) -> BatchView:
-    cancel = fields.get("cancel_requested_at")
-    last = fields.get("last_finished_at")
-    return BatchView(
-        NewBatch.from_json(fields["record"]),
-        int(fields["total"]),
-        int(fields["succeeded"]),
-        int(fields["failed"]),
-        float(cancel) if cancel is not None else None,
-        float(last) if last is not None else None,
-    )
