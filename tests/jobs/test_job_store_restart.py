@@ -1,5 +1,6 @@
-"""The Redis job store restarts while a gateway holds claimed jobs under way upstream: no job
-is lost, each completes (the claims, the stream's pending entries and the job hashes are in
+"""The Redis job store restarts while a gateway holds claimed jobs under way upstream (async
+requests and a batch's lines): no job is lost, each completes, the batch's status and output
+are whole (the claims, the stream's pending entries and the job hashes are in
 Redis's append-only file), and none is charged twice. A real gateway process (`tollgate
 serve`), a real redis-server of the test's own, killed and started again."""
 
@@ -10,18 +11,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 import redis
 
 from simulator import RunningSimulator, SimConfig, Simulator
 from tests.harness import eventually, free_port
 from tests.jobs.gateways import auth, jobs_config, poll_job
+from tests.jobs.test_batch_api import jsonl, read_jsonl, request_line, wait_done
 from tests.jobs.test_job_failover import ledger_micros
 from tests.metering.processes import RedisProcess, write_config
 from tests.processes import GatewayProcess, process_timeout
-from tests.servers import UPSTREAM_KEY
+from tests.servers import TEST_KEY, UPSTREAM_KEY
 
 JOBS = 4
+LINES = 2
 
 
 @pytest.fixture
@@ -65,17 +69,31 @@ def test_jobs_claimed_when_the_redis_job_store_restarts_are_completed_and_charge
                 )
                 assert accepted.status_code == 202, accepted.text
                 locations.append(accepted.headers["location"])
+            client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=TEST_KEY, max_retries=0)
+            lines = [request_line(f"line-{i}", f"line {i}", model="chat", max_tokens=8) for i in range(LINES)]
+            uploaded = client.files.create(file=("input.jsonl", jsonl(lines)), purpose="batch")
+            batch = client.batches.create(
+                input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
             # Every job claimed and under way upstream, none answered yet: then Redis dies.
-            assert eventually(lambda: len(slow_sim.requests) >= JOBS, seconds=60)
+            assert eventually(lambda: len(slow_sim.requests) >= JOBS + LINES, seconds=60)
             store = store.restart()
-            with redis.Redis.from_url(store.url) as client:
-                pending = client.xpending("restart:{jobs}:stream", "workers")
-            assert pending["pending"] == JOBS  # the claims outlived the restart
+            with redis.Redis.from_url(store.url) as direct:
+                pending = direct.xpending("restart:{jobs}:stream", "workers")
+            assert pending["pending"] == JOBS + LINES  # the claims outlived the restart
             answers = [poll_job(http, location, auth(), seconds=120) for location in locations]
+            finished = wait_done(client, batch.id, seconds=120)
+            assert finished.status == "completed", finished
+            assert (finished.request_counts.completed, finished.request_counts.failed) == (LINES, 0)
+            assert finished.output_file_id is not None
+            output = read_jsonl(client.files.content(finished.output_file_id).read())
+            client.close()
         assert [a.status_code for a in answers] == [200] * JOBS, [a.text for a in answers]
-        assert ledger_micros(tmp_path / "state.db") == sum(_cost(a.json()["usage"]) for a in answers)
-        with redis.Redis.from_url(store.url) as client:
-            assert client.xpending("restart:{jobs}:stream", "workers")["pending"] == 0
+        assert sorted(line["custom_id"] for line in output) == [f"line-{i}" for i in range(LINES)]
+        usages = [a.json()["usage"] for a in answers] + [line["response"]["body"]["usage"] for line in output]
+        assert ledger_micros(tmp_path / "state.db") == sum(_cost(usage) for usage in usages)
+        with redis.Redis.from_url(store.url) as direct:
+            assert direct.xpending("restart:{jobs}:stream", "workers")["pending"] == 0
     finally:
         if gateway is not None:
             gateway.kill(signal.SIGTERM)
