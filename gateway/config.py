@@ -427,6 +427,7 @@ class JobsConfig(_Strict):
     store: Literal["sqlite", "redis"] = "sqlite"
     sqlite_path: str = "tollgate-jobs.db"  # relative to the working directory; shared by all workers
     redis_url: str | None = None  # e.g. redis://127.0.0.1:6379/0
+    redis_cluster: bool = False  # redis_url names one node of a Redis Cluster; the rest are discovered
     key_prefix: str = Field("tollgate", pattern=r"^[A-Za-z0-9_.:-]+$")
     completion_window_s: float = Field(86_400.0, gt=0)  # a job not done by then fails (batches: "24h")
     results_keep_s: float = Field(7 * 86_400.0, gt=0)  # results, batches and files are deleted after this

@@ -11,7 +11,7 @@ def build_job_store(config: JobsConfig) -> JobStore:
         from adapters.state.redis_jobs import RedisJobStore
 
         assert config.redis_url is not None  # the config requires it for this store
-        return RedisJobStore(config.redis_url, config.key_prefix)
+        return RedisJobStore(config.redis_url, config.key_prefix, cluster=config.redis_cluster)
     from adapters.state.sqlite_jobs import SQLiteJobStore
 
     return SQLiteJobStore(config.sqlite_path)

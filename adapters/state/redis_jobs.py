@@ -7,6 +7,10 @@ sat unacknowledged in another consumer's pending list for `visibility_s` (XAUTOC
 worker died or stalled; a live one extends its claims well before), then reads new entries
 (XREADGROUP). An entry is acknowledged and deleted once its job finishes or goes back to
 wait out a backoff, so the stream holds only what is queued or running.
+
+On a Redis Cluster (`jobs.redis_cluster: true`) every key carries the one hash tag `{jobs}`,
+so the whole queue is one slot: its scripts and transactions never cross slots, and the
+cluster's value to it is failover to a replica, not spreading its load (docs/async.md).
 """
 
 from __future__ import annotations
@@ -18,16 +22,17 @@ from functools import partial
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from adapters.state import redis_jobs_scripts as scripts
+from adapters.state.redis_jobs_records import batch_view_of, claim_of, fields_of, new_job_of, view_of
 from gateway.errors import StateStoreUnavailable
 from gateway.jobs.records import (
     BatchView,
     Claim,
     JobResult,
-    JobState,
     JobView,
     NewBatch,
     NewJob,
@@ -49,10 +54,14 @@ class RedisJobStore:
         prefix: str = "tollgate",
         timeout_s: float = 2.0,
         clock: Callable[[], float] = time.time,
+        cluster: bool = False,
     ) -> None:
         # Any: redis-py's annotations mix bytes and str replies; this module decodes them itself.
-        self._redis: Any = Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        client = RedisCluster if cluster else Redis
+        self._redis: Any = client.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        self._cluster = cluster
         self._base = f"{prefix}:{{jobs}}:"
+        self._stream = [self._base + "stream"]  # every script's KEYS: it routes them to the queue's slot
         self._clock = clock
         self._group_ready = False
         self._submit = self._redis.register_script(scripts.SUBMIT)
@@ -64,11 +73,23 @@ class RedisJobStore:
         self._cancel_job = self._redis.register_script(scripts.CANCEL_JOB)
         self._cancel_batch = self._redis.register_script(scripts.CANCEL_BATCH)
 
-    async def _call(self, make: Callable[[], Any]) -> Any:
+    async def _call(self, make: Callable[[], Any], read: bool = False) -> Any:
+        """`read`: the call changes nothing, so it is made once more on a fresh connection when
+        its connection turns out closed (Redis restarted); a write is never sent twice."""
         try:
             return await make()
         except RedisError as exc:
-            raise StateStoreUnavailable(f"The job store (Redis) failed: {exc}.") from exc
+            failure: RedisError = exc
+            if isinstance(exc, RedisConnectionError) and not self._cluster:
+                # Redis restarted or dropped this process: the pool's idle connections are as
+                # dead as this one. (The cluster client reconnects and retries by itself.)
+                await self._redis.connection_pool.disconnect(inuse_connections=False)
+                if read:
+                    try:
+                        return await make()
+                    except RedisError as again:
+                        failure = again
+            raise StateStoreUnavailable(f"The job store (Redis) failed: {failure}.") from failure
 
     async def _ensure_group(self) -> None:
         if self._group_ready:
@@ -79,6 +100,21 @@ class RedisJobStore:
             if "BUSYGROUP" not in str(exc):
                 raise
         self._group_ready = True
+
+    async def _load_submit(self) -> None:
+        """Before a transaction that runs SUBMIT: redis-py loads a transaction's scripts first
+        on one server but not on a cluster, where an unknown script inside MULTI would fail
+        alone and leave the transaction's other commands applied."""
+        if self._cluster:
+            await self._redis.script_load(scripts.SUBMIT)
+
+    async def _queue_submit(self, pipe: Any, job: NewJob) -> None:
+        if self._cluster:
+            # redis-py refuses `evalsha` in a cluster pipeline, since a script's keys could
+            # be anywhere; this one's are the queue's one slot, and `_load_submit` loaded it.
+            pipe.execute_command("EVALSHA", self._submit.sha, 1, *self._stream, *self._submit_args(job))
+        else:
+            await self._submit(keys=self._stream, args=self._submit_args(job), client=pipe)
 
     def _submit_args(self, job: NewJob) -> list[Any]:
         args: list[Any] = [self._base, _GROUP, job.id, job.tenant, repr(job.created_at), repr(job.expires_at)]
@@ -92,9 +128,10 @@ class RedisJobStore:
     async def submit(self, jobs: list[NewJob]) -> None:
         async def run() -> None:
             await self._ensure_group()
+            await self._load_submit()
             async with self._redis.pipeline(transaction=True) as pipe:
                 for job in jobs:
-                    await self._submit(args=self._submit_args(job), client=pipe)
+                    await self._queue_submit(pipe, job)
                 await pipe.execute()
 
         await self._call(run)
@@ -104,7 +141,7 @@ class RedisJobStore:
             await self._ensure_group()
             now = self._clock()
             stream = self._base + "stream"
-            await self._promote(args=[self._base, repr(now), _PROMOTE_LIMIT])
+            await self._promote(keys=self._stream, args=[self._base, repr(now), _PROMOTE_LIMIT])
             entries: list[tuple[bytes, dict[bytes, bytes]]] = []
             reclaimed = await self._redis.xautoclaim(
                 stream, _GROUP, worker, min_idle_time=max(1, int(visibility_s * 1000)), count=limit
@@ -118,9 +155,10 @@ class RedisJobStore:
             for entry, fields in entries:
                 token = f"{worker}:{uuid.uuid4().hex}"
                 job_id = fields[b"job"].decode()
-                raw = await self._take(args=[self._base, _GROUP, entry, job_id, token, repr(now)])
+                take: list[Any] = [self._base, _GROUP, entry, job_id, token, repr(now)]
+                raw = await self._take(keys=self._stream, args=take)
                 if raw:
-                    claims.append(_claim(_fields(raw), token))
+                    claims.append(claim_of(fields_of(raw), token))
             return claims
 
         claims: list[Claim] = await self._call(run)
@@ -128,9 +166,8 @@ class RedisJobStore:
 
     async def extend(self, claim: Claim, visibility_s: float) -> bool:
         consumer = claim.token.rsplit(":", 1)[0]
-        done = await self._call(
-            lambda: self._extend(args=[self._base, _GROUP, claim.id, claim.token, consumer])
-        )
+        args = [self._base, _GROUP, claim.id, claim.token, consumer]
+        done = await self._call(lambda: self._extend(keys=self._stream, args=args))
         return bool(done)
 
     async def retry_later(
@@ -138,7 +175,7 @@ class RedisJobStore:
     ) -> bool:
         visible_at = repr(self._clock() + delay_s)
         args: list[Any] = [self._base, _GROUP, claim.id, claim.token, visible_at, cause, payload or b""]
-        return bool(await self._call(lambda: self._retry(args=args)))
+        return bool(await self._call(lambda: self._retry(keys=self._stream, args=args)))
 
     async def finish(self, claim: Claim, result: JobResult) -> bool:
         args = [
@@ -152,19 +189,19 @@ class RedisJobStore:
             repr(self._clock()),
             max(1, int(result.keep_s * 1000)),
         ]
-        return bool(await self._call(lambda: self._finish(args=args)))
+        return bool(await self._call(lambda: self._finish(keys=self._stream, args=args)))
 
     async def job(self, tenant: str, job_id: str) -> JobView | None:
-        raw = await self._call(lambda: self._redis.hgetall(self._base + "job:" + job_id))
+        raw = await self._call(lambda: self._redis.hgetall(self._base + "job:" + job_id), read=True)
         fields = {k.decode(): v for k, v in raw.items()}
         if not fields or fields.get("tenant") != tenant.encode():
             return None
-        return _view(fields)
+        return view_of(fields)
 
     async def cancel_job(self, tenant: str, job_id: str, result: JobResult) -> NewJob | None:
         args = self._cancel_args(job_id, tenant, result)
-        raw = await self._call(lambda: self._cancel_job(args=args))
-        return _new_job(_fields(raw)) if raw else None
+        raw = await self._call(lambda: self._cancel_job(keys=self._stream, args=args))
+        return new_job_of(fields_of(raw)) if raw else None
 
     def _cancel_args(self, target: str, tenant: str, result: JobResult) -> list[Any]:
         now = self._clock()
@@ -197,7 +234,7 @@ class RedisJobStore:
     async def file(self, tenant: str, file_id: str) -> StoredFile | None:
         key = self._base + "file:" + file_id
         names = ("tenant", "purpose", "filename", "bytes", "created_at", "expires_at")
-        values = await self._call(lambda: self._redis.hmget(key, names))
+        values = await self._call(lambda: self._redis.hmget(key, names), read=True)
         if values[0] is None or values[0].decode() != tenant:
             return None
         return StoredFile(
@@ -212,7 +249,7 @@ class RedisJobStore:
 
     async def file_content(self, tenant: str, file_id: str) -> bytes | None:
         key = self._base + "file:" + file_id
-        values = await self._call(lambda: self._redis.hmget(key, ("tenant", "content")))
+        values = await self._call(lambda: self._redis.hmget(key, ("tenant", "content")), read=True)
         if values[0] is None or values[0].decode() != tenant:
             return None
         content: bytes = values[1]
@@ -221,7 +258,7 @@ class RedisJobStore:
     async def files(self, tenant: str, limit: int) -> list[StoredFile]:
         index = self._base + "files:" + tenant
         found: list[StoredFile] = []
-        for file_id in await self._call(lambda: self._redis.zrevrange(index, 0, limit * 2)):
+        for file_id in await self._call(lambda: self._redis.zrevrange(index, 0, limit * 2), read=True):
             stored = await self.file(tenant, file_id.decode())
             if stored is None:  # expired: drop it from the index
                 await self._call(partial(self._redis.zrem, index, file_id))
@@ -253,6 +290,7 @@ class RedisJobStore:
 
         async def run() -> None:
             await self._ensure_group()
+            await self._load_submit()
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.hset(
                     key,
@@ -270,7 +308,7 @@ class RedisJobStore:
                     pipe.rpush(self._base + "batchjobs:" + batch.id, *(j.id for j in lines))
                     pipe.expireat(self._base + "batchjobs:" + batch.id, int(batch.keep_until) + 1)
                 for job in jobs:
-                    await self._submit(args=self._submit_args(job), client=pipe)
+                    await self._queue_submit(pipe, job)
                 for job, result in refused:
                     job_key = self._base + "job:" + job.id
                     fields: dict[str, Any] = {
@@ -296,11 +334,11 @@ class RedisJobStore:
         await self._call(run)
 
     async def batch(self, tenant: str, batch_id: str) -> BatchView | None:
-        raw = await self._call(lambda: self._redis.hgetall(self._base + "batch:" + batch_id))
+        raw = await self._call(lambda: self._redis.hgetall(self._base + "batch:" + batch_id), read=True)
         fields = {k.decode(): v for k, v in raw.items()}
         if not fields or fields.get("tenant") != tenant.encode():
             return None
-        return _batch_view(fields)
+        return batch_view_of(fields)
 
     async def batches(self, tenant: str, after: str | None, limit: int) -> list[BatchView]:
         index = self._base + "batches:" + tenant
@@ -316,7 +354,7 @@ class RedisJobStore:
             return found
 
         views = []
-        for batch_id in await self._call(ids):
+        for batch_id in await self._call(ids, read=True):
             view = await self.batch(tenant, batch_id.decode())
             if view is None:  # expired: drop it from the index
                 await self._call(partial(self._redis.zrem, index, batch_id))
@@ -337,18 +375,18 @@ class RedisJobStore:
             for raw in rows:
                 fields = {k.decode(): v for k, v in raw.items()}
                 if fields and fields.get("tenant") == tenant.encode():
-                    views.append(_view(fields))
+                    views.append(view_of(fields))
             return views
 
-        jobs: list[JobView] = await self._call(run)
+        jobs: list[JobView] = await self._call(run, read=True)
         return jobs
 
     async def cancel_batch(self, tenant: str, batch_id: str, result: JobResult) -> list[NewJob] | None:
         args = self._cancel_args(batch_id, tenant, result)
-        raw = await self._call(lambda: self._cancel_batch(args=args))
+        raw = await self._call(lambda: self._cancel_batch(keys=self._stream, args=args))
         if raw is None:
             return None
-        return [_new_job(_fields(item)) for item in raw]
+        return [new_job_of(fields_of(item)) for item in raw]
 
     async def put_webhook(self, hook: Webhook) -> None:
         document = orjson.dumps(
@@ -363,7 +401,7 @@ class RedisJobStore:
         await self._call(lambda: self._redis.hset(self._base + "webhooks:" + hook.tenant, hook.id, document))
 
     async def webhooks(self, tenant: str) -> list[Webhook]:
-        raw = await self._call(lambda: self._redis.hgetall(self._base + "webhooks:" + tenant))
+        raw = await self._call(lambda: self._redis.hgetall(self._base + "webhooks:" + tenant), read=True)
         hooks = [Webhook(**orjson.loads(value)) for value in raw.values()]
         return sorted(hooks, key=lambda hook: (hook.created_at, hook.id))
 
@@ -386,7 +424,7 @@ class RedisJobStore:
                 )
             return depths
 
-        found: list[QueueDepth] = await self._call(run)
+        found: list[QueueDepth] = await self._call(run, read=True)
         return found
 
     async def purge(self) -> int:
@@ -407,72 +445,3 @@ class RedisJobStore:
 
     async def aclose(self) -> None:
         await self._redis.aclose()
-
-
-def _fields(raw: list[bytes]) -> dict[str, bytes]:
-    return {raw[i].decode(): raw[i + 1] for i in range(0, len(raw), 2)}
-
-
-def _text(fields: dict[str, bytes], name: str) -> str | None:
-    value = fields.get(name)
-    return value.decode() if value is not None else None
-
-
-def _claim(fields: dict[str, bytes], token: str) -> Claim:
-    return Claim(
-        id=fields["id"].decode(),
-        tenant=fields["tenant"].decode(),
-        payload=fields.get("payload", b""),
-        token=token,
-        attempt=int(fields["attempts"]),
-        created_at=float(fields["created_at"]),
-        expires_at=float(fields["expires_at"]),
-        batch_id=_text(fields, "batch_id"),
-        custom_id=_text(fields, "custom_id"),
-    )
-
-
-def _new_job(fields: dict[str, bytes]) -> NewJob:
-    return NewJob(
-        id=fields["id"].decode(),
-        tenant=fields["tenant"].decode(),
-        payload=fields.get("payload", b""),
-        created_at=float(fields["created_at"]),
-        expires_at=float(fields["expires_at"]),
-        batch_id=_text(fields, "batch_id"),
-        line=int(fields.get("line", b"0")),
-        custom_id=_text(fields, "custom_id"),
-    )
-
-
-def _view(fields: dict[str, bytes]) -> JobView:
-    finished = fields.get("finished_at")
-    status = fields.get("status")
-    return JobView(
-        id=fields["id"].decode(),
-        tenant=fields["tenant"].decode(),
-        state=JobState(fields["state"].decode()),
-        created_at=float(fields["created_at"]),
-        expires_at=float(fields["expires_at"]),
-        attempts=int(fields.get("attempts", b"0")),
-        started=fields.get("started", b"0") == b"1",
-        finished_at=float(finished) if finished is not None else None,
-        status=int(status) if status is not None else None,
-        body=fields.get("body"),
-        batch_id=_text(fields, "batch_id"),
-        custom_id=_text(fields, "custom_id"),
-        line=int(fields.get("line", b"0")),
-    )
-
-
-def _batch_view(fields: dict[str, bytes]) -> BatchView:
-    cancel = fields.get("cancel_requested_at")
-    last = fields.get("last_finished_at")
-    return BatchView(
-        NewBatch.from_json(fields["record"]),
-        int(fields["total"]),
-        int(fields["succeeded"]),
-        int(fields["failed"]),
-        float(cancel) if cancel is not None else None,
-        float(last) if last is not None else None,
-    )

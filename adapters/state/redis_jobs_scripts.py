@@ -1,7 +1,9 @@
 """The Redis job store's Lua scripts: each is one atomic step of `redis_jobs.py`.
 
 Every key shares one hash tag (`<prefix>:{jobs}:...`), so the scripts that build key names
-from the base they are given stay in one cluster slot. A job is a hash `job:<id>`; the
+from the base they are given stay in one cluster slot. Each script declares the stream as
+KEYS[1] (every script touches it): a Redis Cluster client routes a script by its keys, and
+one declaring none would be sent to a random node. A job is a hash `job:<id>`; the
 stream `stream` holds one entry per queued job (`entry` in the hash names the live one),
 read by the consumer group `workers`; a job waiting out a backoff sits in the sorted set
 `delayed` instead. `open:<tenant>` (by creation time) and `running:<tenant>` serve metrics.
@@ -9,7 +11,7 @@ read by the consumer group `workers`; a job waiting out a backoff sits in the so
 
 from __future__ import annotations
 
-# KEYS: none. ARGV: base, group, id, tenant, created_at, expires_at, then field/value pairs.
+# KEYS: stream (all scripts). ARGV: base, group, id, tenant, created_at, expires_at, then field/value pairs.
 SUBMIT = """
 local base, group, id, tenant = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local key = base .. 'job:' .. id

@@ -1,5 +1,6 @@
-"""Job stores, real: a SQLite file in a temporary directory, and the Redis at 127.0.0.1:6379
-under a key prefix of the test's own, deleted afterwards."""
+"""Job stores, real: a SQLite file in a temporary directory, the Redis at 127.0.0.1:6379
+under a key prefix of the test's own (deleted afterwards), and a throwaway three-node Redis
+Cluster (the metering tests' `cluster`, started once for the session)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import pytest
 from adapters.state.redis_jobs import RedisJobStore
 from adapters.state.sqlite_jobs import SQLiteJobStore
 from gateway.jobs.store import JobStore
-from tests.metering.conftest import REDIS_URL, delete_prefix
+from tests.metering.conftest import REDIS_URL, cluster, delete_prefix
+from tests.metering.redis_cluster import Cluster
+
+__all__ = ["cluster"]  # the metering tests' fixture, shared
 
 
 class Clock:
@@ -41,15 +45,18 @@ def jobs_prefix() -> Iterator[str]:
     delete_prefix(prefix)
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "redis-cluster"])
 async def job_store(
     request: pytest.FixtureRequest, tmp_path: Path, jobs_prefix: str, clock: Clock
 ) -> AsyncIterator[JobStore]:
     made: JobStore
     if request.param == "sqlite":
         made = SQLiteJobStore(tmp_path / "jobs.db", clock=clock)
-    else:
+    elif request.param == "redis":
         made = RedisJobStore(REDIS_URL, jobs_prefix, clock=clock)
+    else:
+        seed: Cluster = request.getfixturevalue("cluster")
+        made = RedisJobStore(seed.url, jobs_prefix, clock=clock, cluster=True)
     try:
         yield made
     finally:

@@ -1,6 +1,7 @@
 """A gateway process killed while it holds claimed jobs: another process, sharing the job
 store and the state store, takes them over once their claims lapse, completes every one,
-and none is charged twice. Real processes (`tollgate serve`), real SQLite files."""
+and none is charged twice. Real processes (`tollgate serve`), real SQLite files, the real
+Redis and a real three-node Redis Cluster."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.harness import eventually, free_port
 from tests.jobs.gateways import auth, jobs_config, poll_job
 from tests.metering.conftest import REDIS_URL
 from tests.metering.processes import write_config
+from tests.metering.redis_cluster import Cluster
 from tests.processes import GatewayProcess, Process, process_timeout
 from tests.servers import UPSTREAM_KEY
 
@@ -44,11 +46,12 @@ def ledger_micros(state_db: Path) -> int:
     return int(total)
 
 
-def attempts_of(store: str, tmp_path: Path, prefix: str) -> list[int]:
+def attempts_of(store: str, tmp_path: Path, prefix: str, cluster: Cluster | None) -> list[int]:
     if store == "sqlite":
         with sqlite3.connect(tmp_path / "jobs.db") as db:
             return [row[0] for row in db.execute("SELECT attempts FROM jobs")]
-    client = redis.Redis.from_url(REDIS_URL)
+    # On the cluster, the whole queue is on the node serving the hash tag {jobs}.
+    client = cluster.client(cluster.owner("jobs")) if cluster else redis.Redis.from_url(REDIS_URL)
     try:
         keys = list(client.scan_iter(match=f"{prefix}:{{jobs}}:job:*"))
         return [int(client.hget(key, "attempts") or 0) for key in keys]
@@ -57,13 +60,17 @@ def attempts_of(store: str, tmp_path: Path, prefix: str) -> list[int]:
 
 
 @process_timeout
-@pytest.mark.parametrize("store", ["sqlite", "redis"])
+@pytest.mark.parametrize("store", ["sqlite", "redis", "redis-cluster"])
 def test_jobs_of_a_killed_process_are_completed_by_another_and_charged_once(
-    tmp_path: Path, slow_sim: RunningSimulator, store: str, jobs_prefix: str
+    request: pytest.FixtureRequest, tmp_path: Path, slow_sim: RunningSimulator, store: str, jobs_prefix: str
 ) -> None:
     jobs: dict[str, object] = {"visibility_s": 2}
+    cluster: Cluster | None = None
     if store == "redis":
         jobs.update(store="redis", redis_url=REDIS_URL, key_prefix=jobs_prefix)
+    elif store == "redis-cluster":
+        cluster = request.getfixturevalue("cluster")
+        jobs.update(store="redis", redis_url=cluster.url, redis_cluster=True, key_prefix=jobs_prefix)
     config = jobs_config(slow_sim, tmp_path, jobs=jobs)
     path = write_config(
         tmp_path / "gateway.yaml", config.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -100,7 +107,7 @@ def test_jobs_of_a_killed_process_are_completed_by_another_and_charged_once(
                 (usage["prompt_tokens"] - cached) * 1000 + cached * 100 + usage["completion_tokens"] * 2000
             )
         assert ledger_micros(tmp_path / "state.db") == cost
-        attempts = attempts_of(store, tmp_path, jobs_prefix)
+        attempts = attempts_of(store, tmp_path, jobs_prefix, cluster)
         assert len(attempts) == JOBS and all(a >= 2 for a in attempts)  # each was taken over
     finally:
         first.kill(signal.SIGKILL)
