@@ -26,7 +26,7 @@ import os
 import time
 from collections.abc import Callable
 
-from gateway.jobs.pull_gate import SyncLoad
+from gateway.jobs.pull_gate import NoLoad, SyncLoad
 
 SLOTS = 256
 # the owner's pid, its synchronous calls in flight, when its throttle pause ends (wall clock, µs)
@@ -38,16 +38,6 @@ FILE_BYTES = SLOTS * _SLOT_BYTES
 
 class HostLoadFull(RuntimeError):
     pass
-
-
-class _NoLoad:
-    in_flight = 0
-
-    async def idle(self) -> None:
-        return None
-
-    def watch(self, listener: Callable[[int], None]) -> None:
-        return None
 
 
 class HostLoad:
@@ -69,7 +59,7 @@ class HostLoad:
         self._words = memoryview(self._map).cast("q")
         self._poll_s = poll_s
         self._slot: int | None = None
-        self._local: SyncLoad = _NoLoad()
+        self._local: SyncLoad = NoLoad()
         self._others = 0
         self._paused_until = 0.0
         self._others_read_at = -1.0

@@ -51,7 +51,9 @@ class SharedThrottle(Protocol):
         ...
 
 
-class _NoLoad:
+class NoLoad:
+    """No synchronous calls: the load of a process that serves none (yet)."""
+
     in_flight = 0
 
     async def idle(self) -> None:
@@ -73,7 +75,7 @@ class PullGate:
         self._pause_s = pause_s
         self._yield = yield_to_sync
         self._clock = clock
-        self._load: SyncLoad = _NoLoad()
+        self._load: SyncLoad = NoLoad()
         self._throttled_until = 0.0
         self._shared: SharedThrottle | None = None
 

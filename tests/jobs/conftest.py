@@ -14,10 +14,20 @@ import pytest
 from adapters.state.redis_jobs import RedisJobStore
 from adapters.state.sqlite_jobs import SQLiteJobStore
 from gateway.jobs.store import JobStore
+from simulator import RunningSimulator, SimConfig, Simulator
 from tests.metering.conftest import REDIS_URL, cluster, delete_prefix
 from tests.metering.redis_cluster import Cluster
+from tests.servers import UPSTREAM_KEY
 
 __all__ = ["cluster"]  # the metering tests' fixture, shared
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[RunningSimulator]:
+    """The upstream of a module's gateway (a module with other needs defines its own)."""
+    running = Simulator.start_in_thread(SimConfig(api_key=UPSTREAM_KEY))
+    yield running
+    running.stop()
 
 
 class Clock:

@@ -13,19 +13,12 @@ import openai
 import orjson
 import pytest
 
-from simulator import RunningSimulator, SimConfig, Simulator
+from simulator import RunningSimulator
 from tests.jobs.gateways import ADMIN_TOKEN, OTHER, auth, jobs_config, spend_micros
-from tests.servers import OTHER_TENANT_KEY, TEST_KEY, UPSTREAM_KEY, RunningGateway, running_gateway
+from tests.servers import OTHER_TENANT_KEY, TEST_KEY, RunningGateway, running_gateway
 
 LINES = 2000
 MAX_FILE_BYTES = 2 * 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[RunningSimulator]:
-    running = Simulator.start_in_thread(SimConfig(api_key=UPSTREAM_KEY))
-    yield running
-    running.stop()
 
 
 @pytest.fixture(scope="module")

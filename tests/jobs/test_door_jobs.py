@@ -17,10 +17,10 @@ import httpx
 import openai
 import pytest
 
-from simulator import RunningSimulator, SimConfig, Simulator
+from simulator import RunningSimulator
 from tests.harness import openai_error
 from tests.jobs.gateways import OTHER, auth, jobs_config, poll_job
-from tests.servers import OTHER_TENANT_KEY, TEST_KEY, UPSTREAM_KEY, RunningGateway, running_gateway
+from tests.servers import OTHER_TENANT_KEY, TEST_KEY, RunningGateway, running_gateway
 
 ASYNC = {"prefer": "respond-async"}
 SECRET = "someone.private@example.org"
@@ -30,13 +30,6 @@ def _config(sim: RunningSimulator, tmp: Path, **jobs: Any) -> Any:
     redaction = {"request": "mask", "response": "off", "entities": ["EMAIL"]}
     responses = {"sqlite_path": str(tmp / "responses.db"), "retention_s": 3600}
     return jobs_config(sim, tmp, redaction=redaction, responses=responses, jobs=jobs)
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[RunningSimulator]:
-    running = Simulator.start_in_thread(SimConfig(api_key=UPSTREAM_KEY))
-    yield running
-    running.stop()
 
 
 @pytest.fixture(scope="module")

@@ -13,17 +13,10 @@ import openai
 import orjson
 import pytest
 
-from simulator import RunningSimulator, SimConfig, Simulator
+from simulator import RunningSimulator
 from tests.harness import openai_error
 from tests.jobs.gateways import auth, jobs_config, poll_job
-from tests.servers import TEST_KEY, UPSTREAM_KEY, RunningGateway, running_gateway
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[RunningSimulator]:
-    running = Simulator.start_in_thread(SimConfig(api_key=UPSTREAM_KEY))
-    yield running
-    running.stop()
+from tests.servers import TEST_KEY, RunningGateway, running_gateway
 
 
 @pytest.fixture(scope="module")

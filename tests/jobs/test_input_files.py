@@ -30,7 +30,7 @@ from gateway.redaction.state import RedactionCounters
 from gateway.stages.admit import Admit
 from gateway.stages.decide import Decide
 from gateway.stages.redact import Redact
-from simulator import RunningSimulator, SimConfig, Simulator
+from simulator import RunningSimulator
 from tests.harness import openai_upstream
 from tests.jobs.gateways import jobs_config
 from tests.metering.conftest import REDIS_URL, delete_prefix
@@ -41,7 +41,6 @@ from tests.redaction.corpus import GITHUB
 from tests.servers import (
     OTHER_TENANT_KEY,
     TEST_KEY,
-    UPSTREAM_KEY,
     RunningGateway,
     gateway_config,
     running_gateway,
@@ -105,13 +104,6 @@ def _redis_values(client: redis.Redis, key: bytes) -> list[bytes]:
     if kind == "stream":
         return [part for _, fields in client.xrange(key) for pair in fields.items() for part in pair]
     raise AssertionError(f"a key of type {kind} is not scanned")
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[RunningSimulator]:
-    running = Simulator.start_in_thread(SimConfig(api_key=UPSTREAM_KEY))
-    yield running
-    running.stop()
 
 
 @pytest.fixture(scope="module", params=["sqlite", "redis"])

@@ -11,20 +11,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from simulator import RunningSimulator, SimConfig, Simulator
+from simulator import RunningSimulator
 from tests.harness import openai_error
 from tests.jobs.gateways import OTHER, auth, jobs_config, poll_job, spend_micros
-from tests.servers import UPSTREAM_KEY, RunningGateway, running_gateway
+from tests.servers import RunningGateway, running_gateway
 
 ASYNC = {"prefer": "respond-async"}
 CHAT = "/v1/chat/completions"
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[RunningSimulator]:
-    running = Simulator.start_in_thread(SimConfig(api_key=UPSTREAM_KEY))
-    yield running
-    running.stop()
 
 
 @pytest.fixture(scope="module")

@@ -30,11 +30,11 @@ from gateway.jobs.api_types import ApiRequest
 from gateway.jobs.webhook_destinations import WebhookDestinations
 from gateway.jobs.webhooks import DELIVERY_PREFIX
 from gateway.jobs.webhooks_api import WebhooksApi
-from simulator import RunningSimulator, SimConfig, Simulator
+from simulator import RunningSimulator
 from tests.harness import eventually, openai_error
 from tests.jobs.gateways import OTHER, auth, jobs_config, poll_job
 from tests.policy.gateway_setup import write_policy_dir
-from tests.servers import UPSTREAM_KEY, RunningGateway, running_gateway
+from tests.servers import RunningGateway, running_gateway
 
 ALPHA = Principal(Tenant("alpha"), "k-alpha", "tests")
 
@@ -66,13 +66,6 @@ class Receiver:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[RunningSimulator]:
-    running = Simulator.start_in_thread(SimConfig(api_key=UPSTREAM_KEY))
-    yield running
-    running.stop()
 
 
 LOOPBACK_HOOKS = {"allowed_hosts": ["127.0.0.1"], "allowed_schemes": ["http"], "allow_private": True}
