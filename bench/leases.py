@@ -344,7 +344,7 @@ def section(meta: dict[str, Any], result: dict[str, Any], args: argparse.Namespa
         f"- {args.rounds} round(s) of {args.duration:g} s per variant, interleaved (medians); wrk c64;",
         f"  {args.workers} workers each; upstream {result['upstream']}; a redis-server of the benchmark's",
         "  own (appendfsync everysec), so its script calls and CPU are this load's alone.",
-        "- Machine: the 2-core VM, shared with other engineers' test runs at the time (busy: the",
+        "- Machine: the 2-core VM, shared with other test runs at the time (busy: the",
         "  absolute figures are low and noisy; read the ratios, which come from the same minutes).",
         "",
         "| variant | RPS at c64 | of floor | CPU ms / request | vs floor | store calls / request "

@@ -335,7 +335,7 @@ def report(meta: dict[str, str], stages: dict[str, float], gateway: dict[str, di
         "## Routing",
         "",
         f"- Command: `python -m bench.routing{meta['args']}` · {meta['date']} · git {meta['git']}",
-        "- Machine: 2-core VM shared with other work (five other engineers' tests and benchmarks were",
+        "- Machine: 2-core VM shared with other work (other tests and benchmarks were",
         "  running): read the ratios within this run, not the absolute figures.",
         "",
         "The stages in process (CPU time per request, median of 5 loops):",

@@ -244,7 +244,7 @@ def section(
         "## Sessions",
         "",
         f"- Command: `python -m bench.sessions{meta['args']}` · {meta['date']} · git {meta['git']}",
-        "- Machine: a 2-core VM shared with other engineers' builds and tests while it ran (busy, noisy):",
+        "- Machine: a 2-core VM shared with other builds and tests while it ran (busy, noisy):",
         "  compare the rows of one run with each other, not with other sections.",
         "",
         "| session bookkeeping, CPU of the gateway process per request | Redis | SQLite | target | met |",
