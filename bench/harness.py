@@ -551,7 +551,7 @@ def _our_cpu() -> float:
 
 
 def wait_quiet(max_wait_s: float | None = None, threshold_pct: float = QUIET_BUSY_PCT) -> dict[str, float]:
-    """Wait (bounded) until the machine is nearly idle: this is a shared box and other sessions'
+    """Wait (bounded) until the machine is nearly idle: this is a shared box and other
     tests come and go. Between our runs nothing of ours is busy, so what is busy is someone else."""
     if max_wait_s is None:
         max_wait_s = QUIET_MAX_WAIT_S
@@ -576,7 +576,7 @@ def served_load(
     url: str, root_pid: int | None, script: Path, connections: int, seconds: float, latency: bool = False
 ) -> dict[str, Any]:
     """A wrk run, with the CPU spent meanwhile by the serving process tree (if given), by the
-    whole machine, and by processes that are not ours ("foreign": other sessions on the box)."""
+    whole machine, and by processes that are not ours ("foreign": other work on the box)."""
     quiet = wait_quiet()
     pids = process_tree(root_pid) if root_pid is not None else []
     before = {pid: cpu for pid in pids if (cpu := cpu_seconds(pid)) is not None}
