@@ -338,7 +338,7 @@ def build_services(  # noqa: PLR0915
             metering is not None,
             lambda authorization: services.authenticate(authorization),  # noqa: PLW0108 (late-bound)
             telemetry.tracer,
-            HttpWebhookSender(),
+            HttpWebhookSender(allow_private=config.jobs is not None and config.jobs.webhook_allow_private),
             lasting.doors.doors,  # the doors translate the jobs that came through them
         )
         services = Services(

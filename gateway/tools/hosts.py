@@ -126,6 +126,16 @@ def _ipv4_number(label: str) -> int | None:
     return int(digits, base)
 
 
+def is_public_address(address: str) -> bool:
+    """Whether an address a name resolved to (`"203.0.113.7"`, `"fe80::1%eth0"`) is public, by
+    the same ranges as an address written in a URL; anything unparsable is not."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    return _is_public(ip)
+
+
 def _is_public(ip: IPAddress) -> bool:
     if isinstance(ip, ipaddress.IPv6Address):
         embedded = [ip.ipv4_mapped, ip.sixtofour, ip.teredo[1] if ip.teredo else None]
