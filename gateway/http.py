@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
-import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,13 +26,11 @@ from gateway.doors.routes import DoorRoutes
 from gateway.errors import (
     GatewayError,
     InternalError,
-    InvalidRequest,
     MethodNotAllowed,
     NotFound,
-    PayloadTooLarge,
-    UnsupportedMediaType,
 )
 from gateway.exchange import Exchange, Principal
+from gateway.http_body import ClientGone, decoded, read_body, request_timeout, wait_for_disconnect
 from gateway.jobs.api import JobsApi, prefers_async
 from gateway.jobs.api_types import ApiAnswer, ApiRequest
 from gateway.keystore.admin import PREFIX as ADMIN_KEYS
@@ -59,13 +55,7 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
-# zlib window bits: gzip framing, and zlib framing (what HTTP calls deflate)
-_INFLATE_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 _READINESS_TIMEOUT_S = 2.0
-
-
-class ClientGone(Exception):
-    """The client disconnected before its request body arrived."""
 
 
 @dataclass(slots=True)
@@ -244,11 +234,11 @@ class GatewayASGI:
         jobs = services.jobs
         if jobs is not None and prefers_async(headers):  # queued now, answered later (gateway/jobs/)
             limit = services.max_body_bytes
-            body = _decoded(await _read_body(receive, headers, limit), headers, limit)
+            body = decoded(await read_body(receive, headers, limit), headers, limit)
             await _send_answer(send, await jobs.submit(door, headers, body, request_id), request_id)
         elif jobs is not None and isinstance(door, ResponsesDoor):  # its own async form: `background`
             limit = services.max_body_bytes
-            body = _decoded(await _read_body(receive, headers, limit), headers, limit)
+            body = decoded(await read_body(receive, headers, limit), headers, limit)
             if door.background(body):
                 answer = await jobs.submit(door, headers, body, request_id, door.accepted)
                 await _send_answer(send, answer, request_id)
@@ -312,12 +302,14 @@ class GatewayASGI:
         correlation = CORRELATION.set(Correlation(request_id, trace))
         try:
             if "x-request-timeout" in headers:
-                exchange.deadline = now + _timeout(headers["x-request-timeout"], services.request_timeout_s)
+                exchange.deadline = now + request_timeout(
+                    headers["x-request-timeout"], services.request_timeout_s
+                )
             exchange.raw_body = (
                 raw_body
                 if raw_body is not None
-                else _decoded(
-                    await _read_body(receive, headers, services.max_body_bytes),
+                else decoded(
+                    await read_body(receive, headers, services.max_body_bytes),
                     headers,
                     services.max_body_bytes,
                 )
@@ -382,7 +374,7 @@ class GatewayASGI:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
         relay_task = asyncio.ensure_future(relay())
-        watcher = asyncio.ensure_future(_wait_for_disconnect(receive))
+        watcher = asyncio.ensure_future(wait_for_disconnect(receive))
         try:
             await asyncio.wait((relay_task, watcher), return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -428,7 +420,7 @@ async def _door_route(
         scope["method"],
         scope["path"],
         headers,
-        lambda: _read_body(receive, headers, limit),
+        lambda: read_body(receive, headers, limit),
         scope.get("query_string", b"").decode("latin-1"),
     )
     await _send_json(send, 200, body, request_id)
@@ -449,7 +441,7 @@ async def _admin_keys(
             code="admin_keys_not_configured",
         )
     method: str = scope["method"]
-    body = await _read_body(receive, headers, services.max_body_bytes) if method == "POST" else b""
+    body = await read_body(receive, headers, services.max_body_bytes) if method == "POST" else b""
     call = AdminCall(
         method,
         scope["path"],
@@ -470,80 +462,6 @@ def _shutting_down() -> GatewayError:
     )
     error.status = 503
     return error
-
-
-async def _wait_for_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
-    declared = headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise InvalidRequest("Invalid Content-Length header.", code="invalid_content_length")
-        if int(declared) > limit:
-            raise _too_large(limit)
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone
-        part: bytes = message.get("body", b"")
-        if part:
-            size += len(part)
-            if size > limit:
-                raise _too_large(limit)
-            parts.append(part)
-        if not message.get("more_body", False):
-            break
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def _too_large(limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"The request body exceeds the gateway's limit of {limit} bytes.")
-
-
-def _timeout(value: str, configured: float) -> float:
-    """The client may ask for a shorter deadline than configured, never a longer one."""
-    try:
-        asked = float(value)
-    except ValueError:
-        asked = math.nan
-    if not math.isfinite(asked) or asked <= 0:
-        raise InvalidRequest(
-            f"Invalid X-Request-Timeout header {value[:40]!r}: give a positive number of seconds "
-            f"(at most {configured:g}; a larger value means the gateway's own limit).",
-            code="invalid_request_timeout",
-        )
-    return min(asked, configured)
-
-
-def _decoded(raw: bytes, headers: dict[str, str], limit: int) -> bytes:
-    """The body without its Content-Encoding: gzip and deflate are inflated (never past the
-    body limit, so a small compressed body cannot expand into a large one); others are refused."""
-    encoding = headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("identity", ""):
-        return raw
-    wbits = _INFLATE_WBITS.get(encoding)
-    if wbits is None:
-        raise UnsupportedMediaType(
-            f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed, "
-            "or compressed with gzip or deflate.",
-            code="unsupported_content_encoding",
-        )
-    inflater = zlib.decompressobj(wbits)
-    try:
-        body = inflater.decompress(raw, limit + 1)
-    except zlib.error:
-        raise InvalidRequest(
-            f"The request body is not valid {encoding} data, as its Content-Encoding header says.",
-            code="invalid_content_encoding",
-        ) from None
-    if len(body) > limit or inflater.unconsumed_tail:
-        raise _too_large(limit)
-    return body
 
 
 async def _policy_readiness(services: Services) -> dict[str, Any] | None:
@@ -597,11 +515,11 @@ async def _send_page(send: Send, page: bytes, content_type: str, request_id: str
 
 
 def _api_request(scope: Scope, headers: dict[str, str], request_id: str, receive: Receive) -> ApiRequest:
-    async def read_body(limit: int) -> bytes:
-        return _decoded(await _read_body(receive, headers, limit), headers, limit)
+    async def body(limit: int) -> bytes:
+        return decoded(await read_body(receive, headers, limit), headers, limit)
 
     query = scope.get("query_string", b"").decode("latin-1")
-    return ApiRequest(scope["method"], scope["path"], query, headers, request_id, read_body)
+    return ApiRequest(scope["method"], scope["path"], query, headers, request_id, body)
 
 
 async def _send_answer(send: Send, answer: ApiAnswer, request_id: str) -> None:
