@@ -12,6 +12,7 @@ import time
 
 from gateway.exchange import Exchange
 from gateway.logs import log_info
+from gateway.redaction.scrub import Verbatim
 
 logger = logging.getLogger("tollgate.access")
 
@@ -55,6 +56,7 @@ class AccessLog:
                 "cached_tokens": usage.cached_tokens,
                 "completion_tokens": usage.completion_tokens,
                 "usage_source": usage.source,
-                "session_key": exchange.session.key if exchange.session else None,
+                # the gateway's own hex hash: logged as it is (a scan could take its digits for a card)
+                "session_key": Verbatim(exchange.session.key) if exchange.session else None,
             },
         )

@@ -117,7 +117,8 @@ class Decide:
                 self._engine.name,
             )
             # The client's session (hashed), or the summarized one.
-            record["session_key"] = exchange.session_key
+            key = exchange.session_key  # the gateway's own hex hash: never taken for a card number
+            record["session_key"] = Verbatim(key) if key is not None else None
             record["workflow"] = exchange.workflow
             record["deferred"] = defer
             await self._audit.append(record)

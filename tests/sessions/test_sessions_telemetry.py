@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.redaction.scrub import default_scrubber
 from gateway.stages.admit import scoped_session_key
 from simulator import RunningSimulator
 from tests.harness import captured_logs, eventually, openai_error
@@ -20,8 +21,20 @@ from tests.servers import TEST_KEY, running_gateway
 from tests.sessions.chats import chats
 
 
+def card_like_session(tenant: str) -> str:
+    """A session id whose hashed key has a run of digits that passes the card check: a
+    scrubber that scanned the key would mask part of it."""
+    for n in range(200_000):
+        session = f"conv-card-{n}"
+        key = scoped_session_key(tenant, session)
+        if default_scrubber().record({"k": key})["k"] != key:
+            return session
+    raise AssertionError("no card-like key found")
+
+
+@pytest.mark.parametrize("card_like", [False, True])
 def test_a_sessions_decisions_are_on_its_record_and_in_the_log_with_its_key_and_workflow(
-    upstream: RunningSimulator, tmp_path: Path
+    upstream: RunningSimulator, tmp_path: Path, card_like: bool
 ) -> None:
     tenants = {**TENANTS, "alpha": {**TENANTS["alpha"], "session": {"max_input_tokens": 200}}}
     policy = {"dir": str(write_policy_dir(tmp_path / "policies", tenants))}
@@ -35,7 +48,7 @@ def test_a_sessions_decisions_are_on_its_record_and_in_the_log_with_its_key_and_
         sessions={"enabled": True},
         routing={"workflows": ["triage"]},
     )
-    session = f"conv-{uuid.uuid4().hex}"
+    session = card_like_session("alpha") if card_like else f"conv-{uuid.uuid4().hex}"
     key = scoped_session_key("alpha", session)
     headers = {"authorization": f"Bearer {TEST_KEY}", "x-session-id": session, "x-workflow": "triage"}
     with running_gateway(config) as gateway, captured_logs() as logs:
