@@ -6,7 +6,6 @@ and on Redis."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +32,7 @@ from gateway.stages.redact import Redact
 from simulator import RunningSimulator
 from tests.harness import openai_upstream
 from tests.jobs.gateways import jobs_config
+from tests.jobs.test_batch_api import wait_done
 from tests.metering.conftest import REDIS_URL, delete_prefix
 from tests.policy.conftest import SHIPPED_POLICIES
 from tests.policy.gateway_setup import write_policy_dir
@@ -137,16 +137,6 @@ def client_for(deployment: Deployment, key: str) -> openai.OpenAI:
 def line(custom_id: str, content: str, model: str = "chat", url: str = "/v1/chat/completions") -> bytes:
     body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": 8}
     return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body})
-
-
-def wait_done(client: openai.OpenAI, batch_id: str, seconds: float = 60) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        batch = client.batches.retrieve(batch_id)
-        if batch.status in ("completed", "cancelled", "failed", "expired"):
-            return batch
-        assert time.monotonic() < deadline, f"batch not done: {batch.request_counts}"
-        time.sleep(0.1)
 
 
 def read_jsonl(text: bytes) -> dict[str, dict[str, Any]]:
