@@ -57,24 +57,29 @@ redis.call('SADD', base .. 'running:' .. redis.call('HGET', key, 'tenant'), id)
 return redis.call('HGETALL', key)
 """
 
-# ARGV: base, group, id, token, consumer. Resets the entry's idle time (the claim's lease).
-EXTEND = """
+# The opening of every script on one claimed job (ARGV: base, group, id, token, ...): nothing
+# is done (0 is returned) unless the job is still running under that claim's token.
+_CLAIMED = """
 local base, group, id = ARGV[1], ARGV[2], ARGV[3]
 local key = base .. 'job:' .. id
 if redis.call('HGET', key, 'state') ~= 'running' or redis.call('HGET', key, 'token') ~= ARGV[4] then
   return 0
 end
+"""
+
+# ARGV: base, group, id, token, consumer. Resets the entry's idle time (the claim's lease).
+EXTEND = (
+    _CLAIMED
+    + """
 redis.call('XCLAIM', base .. 'stream', group, ARGV[5], 0, redis.call('HGET', key, 'entry'), 'JUSTID')
 return 1
 """
+)
 
 # ARGV: base, group, id, token, visible_at, cause, payload or ''.
-RETRY_LATER = """
-local base, group, id = ARGV[1], ARGV[2], ARGV[3]
-local key = base .. 'job:' .. id
-if redis.call('HGET', key, 'state') ~= 'running' or redis.call('HGET', key, 'token') ~= ARGV[4] then
-  return 0
-end
+RETRY_LATER = (
+    _CLAIMED
+    + """
 local entry = redis.call('HGET', key, 'entry')
 redis.call('XACK', base .. 'stream', group, entry)
 redis.call('XDEL', base .. 'stream', entry)
@@ -86,14 +91,12 @@ redis.call('SREM', base .. 'running:' .. redis.call('HGET', key, 'tenant'), id)
 redis.call('ZADD', base .. 'delayed', ARGV[5], id)
 return 1
 """
+)
 
 # ARGV: base, group, id, token, state, status, body, now, keep_ms.
-FINISH = """
-local base, group, id = ARGV[1], ARGV[2], ARGV[3]
-local key = base .. 'job:' .. id
-if redis.call('HGET', key, 'state') ~= 'running' or redis.call('HGET', key, 'token') ~= ARGV[4] then
-  return 0
-end
+FINISH = (
+    _CLAIMED
+    + """
 local entry = redis.call('HGET', key, 'entry')
 redis.call('XACK', base .. 'stream', group, entry)
 redis.call('XDEL', base .. 'stream', entry)
@@ -110,6 +113,7 @@ if batch then
 end
 return 1
 """
+)
 
 # Cancel one queued job. ARGV: base, group, id, tenant, status, body, now, keep_ms.
 # Returns the job's fields before cancelling, or an empty array.
