@@ -193,6 +193,7 @@ class BatchesApi:
         )
         if cancelled is None:
             raise NotFound(f"No such batch: {batch_id!r}.", code="batch_not_found")
+        self._runner.batch_cancelled(batch_id)
         for job in cancelled:
             await self._runner.release(job)
         return batch_output.batch_object(await self._view(tenant, batch_id), self._clock())

@@ -114,6 +114,11 @@ class JobRunner:
         """A job was just submitted in this process: look now rather than at the next poll."""
         self._wake.set()
 
+    def batch_cancelled(self, batch_id: str) -> None:
+        """A batch was cancelled through this process: its lines held here stop at once, not
+        when this process's reused answer to "cancelled?" runs out."""
+        self._cancel_checks[batch_id] = (time.monotonic(), True)
+
     async def aclose(self, grace_s: float = _CLOSE_GRACE_S) -> None:
         """Stop pulling; jobs under way get `grace_s` to finish, then go back to the queue
         (a job cut short runs again elsewhere: nothing was settled or stored for it)."""
@@ -218,6 +223,8 @@ class JobRunner:
                 raise results.JobExpired("expired")
             async with self._upstream_slots:
                 await self._gate.step()  # holding a slot: nothing is sent while it waits
+                if await self._batch_cancelled(claim):  # cancelled while it waited
+                    raise results.JobCancelled("cancelled")
                 body = await self._answer(exchange, claim, document)
             if body is None:  # handed to, or still pending in, the upstream's own queue
                 exchange.status = 202
