@@ -1,6 +1,6 @@
 """Where a door's end-to-end CPU goes: per thread, gc, bytes sent, per door and mode.
 
-    python -m bench.doors_probe [--rounds R] [--block B] [--door-timing]
+    python -m bench.doors_probe [--rounds R] [--block B] [--door-timing] [--stored]
 
 One gateway worker in front of the simulator, as `bench.doors` runs it; each door in blocks
 of B sequential requests (blocks interleaved, the order rotated each round): each request's
@@ -13,6 +13,10 @@ wrappers: `request`, `response`, `stream`, and the encoder's `chunk` and `done`)
 table gives each part's CPU per request, on average: the door code as a running gateway pays
 for it, to set beside `bench.doors`' in-process figures. The wrappers add their own cost to
 every door alike (two clock reads per call), so read the differences between doors.
+
+With --stored, the Responses door is also measured as its clients call it by default, the
+response stored (`store` left out: the worker's SQLite store), as "responses stored"; the
+bench's own Responses body sends `store: false`.
 """
 
 from __future__ import annotations
@@ -44,7 +48,9 @@ _CLASSES = {
     "chat again": ("OpenAIDoor", "OpenAIStream"),
     "responses": ("ResponsesDoor", "ResponsesStream"),
     "messages": ("MessagesDoor", "MessagesStream"),
+    "responses stored": ("ResponsesDoor", "ResponsesStream"),
 }
+STORED = {name: value for name, value in BODIES["responses"].items() if name != "store"}
 
 
 def _door_parts(name: str, before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
@@ -81,7 +87,9 @@ def _gc(pid: int, path: Path) -> dict[str, Any]:
     raise harness.BenchError("the worker did not report its gc counts")
 
 
-def probe(rounds: int, block: int, door_timing: bool = False) -> dict[tuple[str, bool], dict[str, Any]]:
+def probe(
+    rounds: int, block: int, door_timing: bool = False, stored: bool = False
+) -> dict[tuple[str, bool], dict[str, Any]]:
     from gateway.keys import generate_key, hash_key
 
     results: dict[tuple[str, bool], dict[str, Any]] = {}
@@ -112,23 +120,25 @@ def probe(rounds: int, block: int, door_timing: bool = False) -> dict[tuple[str,
             harness.wait_http_ok(f"http://{harness.HOST}:{port}/healthz", proc, "gateway", log)
             headers = {"content-type": "application/json", "authorization": f"Bearer {key}", "x-api-key": key}
             conn = http.client.HTTPConnection(harness.HOST, port, timeout=30)
-            names = list(E2E)
+            names = list(E2E) + (["responses stored"] if stored else [])
+            bodies = {**BODIES, "responses stored": STORED}
+            paths = {**E2E, "responses stored": E2E["responses"]}
             for index in range(rounds + 1):
                 for stream in (False, True):
                     for name in names[index % len(names) :] + names[: index % len(names)]:
-                        body = orjson.dumps({**BODIES[name], "stream": stream})
+                        body = orjson.dumps({**bodies[name], "stream": stream})
                         before_gc = _gc(proc.pid, counts_path)
                         totals: list[int] = []
                         per_thread: dict[str, list[int]] = {}
                         size = 0
                         for _ in range(block):
                             before = _threads(proc.pid)
-                            conn.request("POST", E2E[name], body, headers)
+                            conn.request("POST", paths[name], body, headers)
                             response = conn.getresponse()
                             size = len(response.read())
                             after = _threads(proc.pid)
                             if response.status != 200:
-                                raise harness.BenchError(f"{E2E[name]}: {response.status}")
+                                raise harness.BenchError(f"{paths[name]}: {response.status}")
                             spent = 0
                             for tid, (ns, thread) in after.items():
                                 used = ns - before.get(tid, (0, thread))[0]
@@ -170,9 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--block", type=int, default=50)
     parser.add_argument("--door-timing", action="store_true", help="time each door's own work in the worker")
+    parser.add_argument(
+        "--stored", action="store_true", help="also the Responses door with its response stored"
+    )
     args = parser.parse_args(argv)
     with harness.machine_lock(max_wait_s=300):
-        results = probe(args.rounds, args.block, args.door_timing)
+        results = probe(args.rounds, args.block, args.door_timing, args.stored)
     print("| mode | door | CPU/request (median) | event loop thread | other threads (mean) |", end="")
     print(" gc collections/request (gen 0, 1, 2) | gc CPU/request | bytes sent |")
     print("|---|---|---|---|---|---|---|---|")
@@ -203,7 +216,7 @@ def _print_parts(results: dict[tuple[str, bool], dict[str, Any]]) -> None:
         n_chat = len(chat["cpu"])
         chat_code = sum(chat["parts"].values()) / n_chat / 1e3
         chat_cpu = statistics.median(chat["cpu"]) / 1e3
-        for name in _CLASSES:
+        for name in [name for name in _CLASSES if (name, stream) in results]:
             entry = results[(name, stream)]
             n = len(entry["cpu"])
             parts = [entry["parts"][part] / n / 1e3 for part in _PARTS]

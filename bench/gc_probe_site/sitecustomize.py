@@ -39,7 +39,9 @@ if _PATH:
         total = _counts["doors"].setdefault(f"{cls.__name__}.{name}", [0, 0])  # ns, calls
         clock = time.thread_time_ns
 
-        if is_async:  # the doors' coroutines do not suspend on the bench's requests (no store)
+        # The doors' coroutines do not suspend on the bench's requests, but for a stored
+        # response's `done`, whose figure then holds what the event loop did while it waited
+        if is_async:
 
             @functools.wraps(method)
             async def timed_async(*args: Any, **kwargs: Any) -> Any:
