@@ -332,13 +332,11 @@ def main(argv: list[str] | None = None) -> int:
             "",
             "Reading these: the first table is the translation itself (the target's measure), warm, as a",
             "tight loop runs it; the second is what a door costs a running gateway, translation included,",
-            "and it is larger: a door runs a few hundred lines of Python more per request (per stream:",
-            "the lifecycle events, each block opened and closed; the Responses events carry the whole",
-            "response three times, serialised once), and on a loaded machine that code runs cold. A loop",
-            "that evicts the caches between calls measured the same door work at several times its warm",
-            "cost, which is the gap between the tables; the difference scales with the machine's load",
-            "(the chat door measured twice gives the noise floor). What each chunk costs is kept small by",
-            "the encoders' fast path (`gateway/doors/chunks.py`).",
+            "and it is larger. Timed inside the worker (`python -m bench.doors_probe --door-timing`), a",
+            "door's own code costs three to four times what the loop measures (its excess over the chat",
+            "door's, in runs minutes apart: 3.9 times non-streamed, 2.9 times streamed), and that accounts",
+            "for most of the difference between the tables; every figure scales with",
+            "the machine's load (the chat door measured twice gives the noise floor).",
         ]
     )
     if not args.no_doc:

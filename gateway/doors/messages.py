@@ -9,7 +9,7 @@ envelope and status conventions. A Tollgate key is accepted in `x-api-key` or in
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,7 @@ class MessagesDoor:
     path = PATH
     endpoint = Endpoint.CHAT
     job_prefix = "msg"  # an async job's id is the id of the Message it answers
+    _encoder: Callable[[Exchange], StreamEncoder] | None = None  # the stream encoder's class
 
     def credential(self, headers: Mapping[str, str]) -> str | None:
         authorization = headers.get("authorization")
@@ -72,9 +73,12 @@ class MessagesDoor:
         return orjson.dumps(message(exchange, body))
 
     def stream(self, exchange: Exchange) -> StreamEncoder:
-        from gateway.doors.messages_stream import MessagesStream  # it imports this module's helpers
+        encoder = self._encoder
+        if encoder is None:  # imported once, not per stream: it imports this module's helpers
+            from gateway.doors.messages_stream import MessagesStream
 
-        return MessagesStream(exchange)
+            encoder = self._encoder = MessagesStream
+        return encoder(exchange)
 
     def error(self, error: GatewayError) -> tuple[int, bytes]:
         return anthropic_error(error)

@@ -18,11 +18,11 @@ from typing import Any
 
 import orjson
 
-from gateway.doors.chunks import continued
-from gateway.doors.messages import MessagesState, error_body, error_kind, stop_reason, usage
+from gateway.doors.chunks import MoreReader, more_arguments, more_text
+from gateway.doors.messages import MessagesState, error_body, error_kind, stop_reason
 from gateway.doors.sse import named_event
 from gateway.errors import GatewayError
-from gateway.exchange import Exchange
+from gateway.exchange import Exchange, Usage
 from gateway.ports import Chunk
 
 _PING = named_event("ping", {"type": "ping"})
@@ -40,8 +40,12 @@ _MESSAGE_DELTA = (
     b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":%s,"stop_sequence":%s},'
     b'"usage":%s}\n\n'
 )
+_USAGE = (  # `usage()`'s shape
+    b'{"input_tokens":%d,"output_tokens":%d,"cache_read_input_tokens":%d,"cache_creation_input_tokens":0}'
+)
 _MESSAGE_STOP = named_event("message_stop", {"type": "message_stop"})
-_CONTINUED = {"text": "content", "tool_use": "arguments"}  # what a fast chunk may add to the open block
+_FAST: dict[str, MoreReader] = {"text": more_text, "tool_use": more_arguments}  # what a fast chunk may add
+_DELTA_TAIL = b"}}\n\n"
 _DELTAS = {  # a block's delta type and its text's field
     "text": (b"text_delta", b"text"),
     "thinking": (b"thinking_delta", b"thinking"),
@@ -49,8 +53,24 @@ _DELTAS = {  # a block's delta type and its text's field
 }
 
 
+def _usage(counted: Usage) -> bytes:
+    """`usage(counted)`, encoded."""
+    cached = min(counted.cached_tokens, counted.prompt_tokens)
+    return _USAGE % (counted.prompt_tokens - cached, counted.completion_tokens, cached)
+
+
 class MessagesStream:
-    __slots__ = ("_block", "_delta_head", "_exchange", "_finish", "_next", "_started", "_state", "_tool")
+    __slots__ = (
+        "_block",
+        "_delta_head",
+        "_exchange",
+        "_fast",
+        "_finish",
+        "_next",
+        "_started",
+        "_state",
+        "_tool",
+    )
 
     def __init__(self, exchange: Exchange) -> None:
         self._exchange = exchange
@@ -61,13 +81,15 @@ class MessagesStream:
         self._next = 0  # the next block's index
         self._finish: dict[str, Any] = {}
         self._delta_head = b""  # the open block's delta event, up to its text
+        self._fast: MoreReader | None = None  # reads what a chunk adds to the open block
 
     def chunk(self, chunk: Chunk) -> bytes:
         choices = chunk.data.get("choices")
-        if self._block is not None and choices:
-            more = continued(choices, _CONTINUED.get(self._block), self._tool)
+        fast = self._fast
+        if fast is not None and choices:
+            more = fast(choices, self._tool)
             if more is not None:  # the common case: more text, or more arguments, for the open block
-                return self._delta_head + orjson.dumps(more) + b"}}\n\n"
+                return self._delta_head + orjson.dumps(more) + _DELTA_TAIL
         out: list[bytes] = []
         if not self._started:
             out.append(self._start())
@@ -86,7 +108,7 @@ class MessagesStream:
         out: list[bytes] = [] if self._started else [self._start()]
         self._close(out)
         reason, sequence = stop_reason(self._finish, self._state)
-        counted = orjson.dumps(usage(self._exchange.usage))
+        counted = _usage(self._exchange.usage)
         out.append(_MESSAGE_DELTA % (orjson.dumps(reason), orjson.dumps(sequence), counted))
         out.append(_MESSAGE_STOP)
         return b"".join(out)
@@ -140,6 +162,7 @@ class MessagesStream:
         if self._block is not None and kind != "tool_use":
             self._close(out)
         self._block = kind
+        self._fast = _FAST.get(kind)
         delta_type, field = _DELTAS[kind]
         self._delta_head = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,' % (
             self._next
@@ -159,4 +182,5 @@ class MessagesStream:
             return
         out.append(_BLOCK_STOP % self._next)
         self._block = None
+        self._fast = None
         self._next += 1

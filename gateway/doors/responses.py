@@ -100,6 +100,7 @@ class ResponsesDoor:
     path = PATH
     endpoint = Endpoint.CHAT
     job_prefix = "resp"  # an async job's id is the id of the Response it answers
+    _encoder: Callable[[Exchange], StreamEncoder] | None = None  # the stream encoder's class
 
     def __init__(self, records: ResponseRecords | None, scrub: Callable[[Any], Any] | None = None) -> None:
         self.records = records  # None: nothing is stored (`store` is answered false)
@@ -131,7 +132,9 @@ class ResponsesDoor:
         store = body.get("store") is not False and self.records is not None
         if body.get("background") is True:
             _check_background(exchange, store, body)
-        echo = {name: body.get(name, default) for name, default in _ECHOED.items()}
+        echo = _ECHOED.copy()  # the defaults, in order; then what the body has of them
+        for name in _ECHOED.keys() & body.keys():
+            echo[name] = body[name]
         echo["store"] = store
         exchange.door_state = ResponsesState(
             response_id=exchange.job_id or f"resp_{secrets.token_hex(24)}",
@@ -173,9 +176,12 @@ class ResponsesDoor:
         return orjson.dumps(final)
 
     def stream(self, exchange: Exchange) -> StreamEncoder:
-        from gateway.doors.responses_stream import ResponsesStream  # it imports this module's helpers
+        encoder = self._encoder
+        if encoder is None:  # imported once, not per stream: it imports this module's helpers
+            from gateway.doors.responses_stream import ResponsesStream
 
-        return ResponsesStream(exchange)
+            encoder = self._encoder = ResponsesStream
+        return encoder(exchange)
 
     def error(self, error: GatewayError) -> tuple[int, bytes]:
         return openai_error(error)

@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from gateway.doors.chunks import continued
+from gateway.doors.chunks import MoreReader, more_arguments, more_text
 from gateway.doors.responses import (
     INCOMPLETE,
     ResponsesState,
@@ -38,10 +38,13 @@ from gateway.doors.responses import (
     usage,
 )
 from gateway.errors import GatewayError
-from gateway.exchange import Exchange
+from gateway.exchange import Exchange, Usage
 from gateway.ports import Chunk
 
-_CONTINUED = {"message": "content", "function_call": "arguments"}  # what a fast chunk may add
+_FAST: dict[str, MoreReader] = {
+    "message": more_text,
+    "function_call": more_arguments,
+}  # what a fast chunk may add
 _BEGUN = (
     b'{"response":{"status":"in_progress","output":[],"incomplete_details":null,"usage":null,"error":null,'
 )
@@ -58,6 +61,12 @@ _MESSAGE = b'{"type":"message","id":"%s","role":"assistant","status":"completed"
 _TEXT_DONE = b'{"item_id":"%s","output_index":%d,"content_index":0,"text":%s,"logprobs":[]}'
 _PART_DONE = b'{"item_id":"%s","output_index":%d,"content_index":0,"part":%s}'
 _ITEM_DONE = b'{"output_index":%d,"item":%s}'
+# The response object's fields that never change (`response_object`'s, echo last), unbraced
+_SHELL = b'"id":%s,"object":"response","created_at":%d,"model":%s,%s'
+_USAGE = (  # `usage()`'s shape
+    b'{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d,"cache_write_tokens":0},'
+    b'"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":%d},"total_tokens":%d}'
+)
 _DELTA_EVENTS = {
     "message": "response.output_text.delta",
     "reasoning": "response.reasoning_text.delta",
@@ -69,6 +78,15 @@ def _head(kind: str) -> bytes:
     """An event's bytes up to its sequence number."""
     name = kind.encode()
     return b'event: %s\ndata: {"type":"%s","sequence_number":' % (name, name)
+
+
+_TAILED = 1024  # delta events whose end (the sequence number) is kept encoded
+_TAILS = tuple(b',"sequence_number":%d}\n\n' % sequence for sequence in range(_TAILED))
+
+
+def _tail(sequence: int) -> bytes:
+    """A delta event's end: its sequence number."""
+    return _TAILS[sequence] if sequence < _TAILED else b',"sequence_number":%d}\n\n' % sequence
 
 
 _HEADS = {
@@ -84,6 +102,12 @@ _HEADS = {
         "response.completed",
     )
 }
+
+
+def _usage(counted: Usage) -> bytes:
+    """`usage(counted)`, encoded."""
+    prompt, completion = counted.prompt_tokens, counted.completion_tokens
+    return _USAGE % (prompt, counted.cached_tokens, completion, counted.reasoning_tokens, prompt + completion)
 
 
 class ResponsesStream:
@@ -112,7 +136,7 @@ class ResponsesStream:
         self._shell = b""  # the response object's invariant fields, encoded, without braces
         self._encoded: list[bytes] = []  # finished output items, encoded
         self._kind: str | None = None  # the open item's type
-        self._fast: str | None = None  # what a chunk may add to the open item on the fast path
+        self._fast: MoreReader | None = None  # reads what a chunk adds to the open item
         self._fast_index: Any = None  # the chat index of the open function call
         self._text: list[str] = []  # the open item's text or arguments so far
         self._call: dict[str, Any] = {}  # the open function call: chat index, ids, name
@@ -122,13 +146,15 @@ class ResponsesStream:
 
     def chunk(self, chunk: Chunk) -> bytes:
         choices = chunk.data.get("choices")
-        if self._fast is not None and choices:
-            more = continued(choices, self._fast, self._fast_index)
+        fast = self._fast
+        if fast is not None and choices:
+            more = fast(choices, self._fast_index)
             if more is not None:  # the common case: more text, or more arguments, for the open item
                 sequence = self._sequence
                 self._sequence = sequence + 1
                 self._text.append(more)
-                return b'%s%s,"sequence_number":%d}\n\n' % (self._delta_head, orjson.dumps(more), sequence)
+                tail = _TAILS[sequence] if sequence < _TAILED else _tail(sequence)
+                return self._delta_head + orjson.dumps(more) + tail
         if not self._started:
             self._start()
         for choice in choices or ():
@@ -150,12 +176,11 @@ class ResponsesStream:
         reason = INCOMPLETE.get(self._finish) if self._finish else None
         status = "incomplete" if reason else "completed"
         kind = "response.completed" if status == "completed" else "response.incomplete"
-        counted = usage(self._exchange.usage)
         state = self._state
         if state.store:  # the record needs the whole object
             items = orjson.loads(b"[%s]" % b",".join(self._encoded))
             final = response_object(state, self._exchange.model_alias, status, items)
-            final["usage"] = counted
+            final["usage"] = usage(self._exchange.usage)
             if reason:
                 final["incomplete_details"] = {"reason": reason}
             if not await stored(self._exchange, final, items):
@@ -163,7 +188,7 @@ class ResponsesStream:
                 self._emit(kind, {"response": final})
                 return self._flush()
         incomplete = b'{"reason":"%s"}' % reason.encode() if reason else b"null"
-        self._emit_encoded(kind, self._response(status, incomplete, orjson.dumps(counted), b"null"))
+        self._emit_encoded(kind, self._response(status, incomplete, _usage(self._exchange.usage), b"null"))
         return self._flush()
 
     def error(self, error: GatewayError) -> bytes:
@@ -207,14 +232,12 @@ class ResponsesStream:
     def _start(self) -> None:
         self._started = True
         state = self._state
-        invariant = {
-            "id": state.response_id,
-            "object": "response",
-            "created_at": state.created_at,
-            "model": self._exchange.model_alias,
-            **state.echo,
-        }
-        self._shell = orjson.dumps(invariant)[1:-1]
+        self._shell = _SHELL % (
+            orjson.dumps(state.response_id),
+            state.created_at,
+            orjson.dumps(self._exchange.model_alias),
+            orjson.dumps(state.echo)[1:-1],
+        )
         begun = _BEGUN + self._shell + b"}}"
         self._emit_encoded("response.created", begun)
         self._emit_encoded("response.in_progress", begun)
@@ -250,9 +273,7 @@ class ResponsesStream:
 
     def _text_delta(self, text: str) -> None:
         """The open item's delta event, its fixed part encoded once per item."""
-        self._out.append(
-            self._delta_head + orjson.dumps(text) + b',"sequence_number":%d}\n\n' % self._sequence
-        )
+        self._out.append(self._delta_head + orjson.dumps(text) + _tail(self._sequence))
         self._sequence += 1
         self._text.append(text)
 
@@ -263,7 +284,7 @@ class ResponsesStream:
             self._close()
             self._call = {}
         self._kind = kind
-        self._fast = _CONTINUED.get(kind)
+        self._fast = _FAST.get(kind)
         self._fast_index = self._call.get("index")
         self._text = []
         output_index = len(self._encoded)
