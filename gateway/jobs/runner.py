@@ -178,6 +178,7 @@ class JobRunner:
     async def _run(self, claim: Claim) -> None:
         heartbeat = asyncio.ensure_future(self._extend(claim))
         try:
+            await self._gate.step()  # a claimed batch starts paced, and not while a sync call is in flight
             document = snapshot.decode(claim.payload)
             if document.get("kind") == webhooks.KIND:
                 await self._deliver(claim, document)
