@@ -27,7 +27,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import orjson
 
@@ -272,7 +272,7 @@ class JobRunner:
         if native is None and exchange.candidates:
             first = exchange.candidates[0]
             upstream = self._pipeline().forwarder.upstream(first.upstream)
-            if isinstance(upstream, QueueingUpstream) and upstream.queues(first.model):
+            if _queueing(upstream) and upstream.queues(first.model):
                 native = NativeRef(first.upstream, first.model, "")
         if native is None:
             return await self._pipeline().respond(exchange)
@@ -402,6 +402,20 @@ class JobRunner:
                 await self._webhooks.notify(claim, result)
             except Exception:
                 logger.exception("job notification failed", extra={"request_id": claim.id})
+
+
+_QUEUEING: dict[type, bool] = {}
+
+
+def _queueing(upstream: object) -> TypeGuard[QueueingUpstream]:
+    """isinstance() against a runtime-checkable Protocol walks its members at every call: per
+    job, about a tenth of its event loop CPU (py-spy, `python -m bench.jobs`). The protocol's
+    members are methods, so an upstream's class decides, once."""
+    kind = type(upstream)
+    known = _QUEUEING.get(kind)
+    if known is None:
+        known = _QUEUEING[kind] = isinstance(upstream, QueueingUpstream)
+    return known
 
 
 def _cause(error: GatewayError) -> str:
