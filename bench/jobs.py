@@ -5,19 +5,24 @@ One gateway process (1 worker, jobs on, SQLite job store) in front of the simula
 latency), both on 127.0.0.1. In one run:
 
 1. *sync*: closed-loop synchronous load (`--connections`, default 32) for `--seconds`: the
-   gateway's synchronous throughput S;
+   gateway's synchronous throughput;
 2. *interactive alone*: an open-loop interactive load (`--rate` requests/s, default 20) for
    `--seconds`: its p50;
 3. *drain*: a batch of `--jobs` lines (default 5,000) through the Batch API, timed from its
    creation until every line is done: the drain rate D; meanwhile the same interactive load
-   runs again: its p50 under the drain.
+   runs again: its p50 under the drain;
+4. *interactive alone* and *sync* again, in that order: S is the mean of the two sync
+   phases, the p50 alone that of both interactive phases, so the machine's drift over the
+   run weighs on both sides of each ratio.
 
 Reported: D / S (target >= 0.70) and the interactive p50's change (target <= 10 %). With
 `--probe-upstream`, the same open-loop load is also sent straight to the simulator, alone and
-during the drain: how much of the interactive request's extra latency is the upstream's.
+during the drain: how much of the interactive request's extra latency is the upstream's; with
+`--probe-loop`, to the gateway's /healthz (no model call, so the pull gate does not see it):
+how much is the gateway's event loop being busy when a request arrives.
 
     python -m bench.jobs [--jobs N] [--seconds S] [--connections C] [--rate R]
-        [--job-worker [--nice N | --idle]] [--probe-upstream] [--no-doc]
+        [--job-worker [--nice N | --idle]] [--probe-upstream] [--probe-loop] [--no-doc]
 """
 
 from __future__ import annotations
@@ -99,8 +104,11 @@ async def closed_loop(url: str, connections: int, seconds: float) -> float:
     return done / (time.monotonic() - started)
 
 
-async def interactive(url: str, rate: float, until: asyncio.Event | None, seconds: float) -> list[float]:
-    """Open-loop requests at `rate` per second; each one's latency (s). An empty `url`: none."""
+async def interactive(
+    url: str, rate: float, until: asyncio.Event | None, seconds: float, path: str = CHAT
+) -> list[float]:
+    """Open-loop requests at `rate` per second; each one's latency (s). An empty `url`: none.
+    `path` other than the chat completions': a GET of it (the gateway's /healthz: its loop alone)."""
     if not url:
         return []
     headers = {"authorization": f"Bearer {KEY}"}
@@ -109,7 +117,11 @@ async def interactive(url: str, rate: float, until: asyncio.Event | None, second
 
     async def one(session: aiohttp.ClientSession, i: int) -> None:
         started = time.perf_counter()
-        async with session.post(url + CHAT, json=body(-i), headers=headers) as response:
+        if path == CHAT:
+            request = session.post(url + CHAT, json=body(-i), headers=headers)
+        else:
+            request = session.get(url + path)
+        async with request as response:
             await response.read()
         latencies.append(time.perf_counter() - started)
 
@@ -126,7 +138,7 @@ async def interactive(url: str, rate: float, until: asyncio.Event | None, second
     return latencies
 
 
-async def drain(url: str, jobs: int, rate: float, max_s: float, probe: str) -> dict[str, Any]:
+async def drain(url: str, jobs: int, rate: float, max_s: float, probes: Probes) -> dict[str, Any]:
     headers = {"authorization": f"Bearer {KEY}"}
     lines = b"\n".join(
         orjson.dumps({"custom_id": f"j{i}", "method": "POST", "url": CHAT, "body": body(i)})
@@ -151,7 +163,7 @@ async def drain(url: str, jobs: int, rate: float, max_s: float, probe: str) -> d
         started = time.monotonic()
         finished = asyncio.Event()
         load = asyncio.ensure_future(interactive(url, rate, finished, max_s))
-        probing = asyncio.ensure_future(interactive(probe, rate, finished, max_s))
+        probing = asyncio.ensure_future(run_probes(probes, rate, finished, max_s))
         counts: dict[str, int] = {}
         try:
             while time.monotonic() - started < max_s:
@@ -180,28 +192,41 @@ async def drain(url: str, jobs: int, rate: float, max_s: float, probe: str) -> d
     }
 
 
-async def measure(url: str, probe: str, args: argparse.Namespace) -> dict[str, Any]:
+Probes = dict[str, tuple[str, str]]  # name -> (base URL, path): the same open-loop load elsewhere
+
+
+async def run_probes(
+    probes: Probes, rate: float, until: asyncio.Event | None, seconds: float
+) -> dict[str, list[float]]:
+    runs = [interactive(base, rate, until, seconds, path) for base, path in probes.values()]
+    return dict(zip(probes, await asyncio.gather(*runs), strict=True))
+
+
+async def measure(url: str, probes: Probes, args: argparse.Namespace) -> dict[str, Any]:
     await closed_loop(url, args.connections, 2.0)  # warm-up
-    sync_rps = await closed_loop(url, args.connections, args.seconds)
+    sync_before = await closed_loop(url, args.connections, args.seconds)
     alone, probed_alone = await asyncio.gather(
-        interactive(url, args.rate, None, args.seconds), interactive(probe, args.rate, None, args.seconds)
+        interactive(url, args.rate, None, args.seconds), run_probes(probes, args.rate, None, args.seconds)
     )
-    drained = await drain(url, args.jobs, args.rate, 600.0, probe)
+    drained = await drain(url, args.jobs, args.rate, 600.0, probes)
     during, probed_during = drained.pop("interactive"), drained.pop("probed")
     again, probed_again = await asyncio.gather(  # the baseline again, after
-        interactive(url, args.rate, None, args.seconds), interactive(probe, args.rate, None, args.seconds)
+        interactive(url, args.rate, None, args.seconds), run_probes(probes, args.rate, None, args.seconds)
     )
+    # S before and after the drain, as the interactive baseline: the machine's drift over the run
+    # weighs on both sides of D / S alike
+    sync_after = await closed_loop(url, args.connections, args.seconds)
+    sync_rps = (sync_before + sync_after) / 2
     p50_alone = percentile([*alone, *again], 50) * 1000
     p50_during = percentile(during, 50) * 1000
     upstream: dict[str, Any] = {}
-    if probe:
-        upstream = {
-            "upstream_p50_alone_ms": percentile([*probed_alone, *probed_again], 50) * 1000,
-            "upstream_p50_during_ms": percentile(probed_during, 50) * 1000,
-        }
+    for name in probes:
+        upstream[f"{name}_p50_alone_ms"] = percentile([*probed_alone[name], *probed_again[name]], 50) * 1000
+        upstream[f"{name}_p50_during_ms"] = percentile(probed_during[name], 50) * 1000
     return {
         **upstream,
         "sync_rps": sync_rps,
+        "sync_rps_before_after": [sync_before, sync_after],
         **drained,
         "drain_over_sync": drained["drain_rps"] / sync_rps,
         "interactive_p50_alone_ms": p50_alone,
@@ -249,8 +274,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     *(["--idle"] if args.idle else ["--nice", str(args.nice)]),
                 ]
                 procs.start("jobs-worker", worker, tmp / "jobs-worker.log")
-            probe = f"http://{HOST}:{sim_port}" if args.probe_upstream else ""
-            result = asyncio.run(measure(f"http://{HOST}:{port}", probe, args))
+            probes: Probes = {}
+            if args.probe_upstream:
+                probes["upstream"] = (f"http://{HOST}:{sim_port}", CHAT)
+            if args.probe_loop:
+                probes["loop"] = (f"http://{HOST}:{port}", "/healthz")
+            result = asyncio.run(measure(f"http://{HOST}:{port}", probes, args))
             result["jobs_config"] = jobs
             return result
         finally:
@@ -260,7 +289,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def render(result: dict[str, Any], command: str) -> str:
     r = result
     rows = [
-        (f"synchronous throughput S (closed loop, c{r['connections']})", f"{r['sync_rps']:.0f} req/s"),
+        (
+            f"synchronous throughput S (closed loop, c{r['connections']}; before, after the drain)",
+            "{:.0f} req/s ({:.0f}, {:.0f})".format(r["sync_rps"], *r["sync_rps_before_after"]),
+        ),
         (
             f"queue drain rate D ({r['jobs']:,} jobs, the interactive load running)",
             f"{r['drain_rps']:.0f} jobs/s ({r['drain_s']:.1f} s)",
@@ -278,6 +310,14 @@ def render(result: dict[str, Any], command: str) -> str:
         ("file upload (every line through the upload's stages, then stored)", f"{r['upload_s']:.1f} s"),
         ("batch creation (every line's governance, then stored)", f"{r['submit_s']:.1f} s"),
     ]
+    if "loop_p50_alone_ms" in r:
+        rows.insert(
+            6,
+            (
+                "the same load to the gateway's /healthz: p50 alone / during",
+                f"{r['loop_p50_alone_ms']:.2f} / {r['loop_p50_during_ms']:.2f} ms",
+            ),
+        )
     if "upstream_p50_alone_ms" in r:
         rows.insert(
             6,
@@ -343,6 +383,11 @@ def main() -> None:
         "--probe-upstream",
         action="store_true",
         help="also send the interactive load straight to the simulator: the upstream's share of the latency",
+    )
+    parser.add_argument(
+        "--probe-loop",
+        action="store_true",
+        help="also send the same load to the gateway's /healthz: the share of its event loop's queueing",
     )
     parser.add_argument("--no-doc", action="store_true")
     args = parser.parse_args()

@@ -452,6 +452,10 @@ class JobsConfig(_Strict):
     yield_to_sync: bool = (
         True  # a running job also waits, at each step, while a synchronous call is in flight
     )
+    # Job steps started per pass of the event loop: a burst of jobs (a claimed batch, a group
+    # commit's answers) runs spread over passes, so a request arriving meanwhile waits for a
+    # few job steps, not for the burst (gateway/jobs/turns.py). null: unpaced.
+    steps_per_pass: int | None = Field(1, ge=1, le=4096)
     # Every process of the host sees every gateway process's synchronous calls in flight (a
     # shared file, one slot per process), so a `jobs-worker` yields to them too. The file:
     # `host_load_file`, by default `<sqlite_path>.load` with the SQLite store; the Redis store

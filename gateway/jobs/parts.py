@@ -35,7 +35,12 @@ JobsMetrics = tuple[Callable[[], Awaitable[list[QueueDepth]]], JobCounters]
 
 
 def pull_gate(jobs: JobsConfig) -> PullGate:
-    return PullGate(jobs.pull_while_sync_below, jobs.throttle_pause_s, jobs.yield_to_sync)
+    return PullGate(
+        jobs.pull_while_sync_below,
+        jobs.throttle_pause_s,
+        jobs.yield_to_sync,
+        steps_per_pass=jobs.steps_per_pass,
+    )
 
 
 @dataclass(frozen=True, slots=True)

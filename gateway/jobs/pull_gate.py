@@ -9,8 +9,10 @@ and a pause any process of the host started.
 
 Jobs share the worker's event loop with synchronous requests, so a job already running
 would still take turns from them: with `yield_to_sync`, a running job also waits, at each
-step (before its upstream call, before its finishers), until no synchronous call is in
-flight. Interactive requests then meet at most the steps already under way.
+step (its start, before its upstream call, before its finishers), until no synchronous call
+is in flight. Interactive requests then meet at most the steps already under way. A request
+is counted only once it has been read and routed, and until then it waits for whatever job
+steps the event loop has ready: `steps_per_pass` paces those (gateway/jobs/turns.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from gateway.exchange import Exchange
+from gateway.jobs.turns import LoopTurns
 
 THROTTLE_CODES = frozenset({"upstream_rate_limited", "upstream_overloaded"})
 
@@ -70,8 +73,10 @@ class PullGate:
         pause_s: float,
         yield_to_sync: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        steps_per_pass: int | None = None,
     ) -> None:
         self._limit = limit
+        self._turns = LoopTurns(steps_per_pass) if steps_per_pass else None
         self._pause_s = pause_s
         self._yield = yield_to_sync
         self._clock = clock
@@ -84,9 +89,16 @@ class PullGate:
         self._shared = shared
 
     async def step(self) -> None:
-        """A running job's turn: at once when no synchronous call is in flight, else once none is."""
-        if self._yield and self._load.in_flight:
-            await self._load.idle()
+        """A running job's turn: once no synchronous call is in flight, and, paced, once the
+        event loop's pass has a turn left."""
+        while True:
+            if self._yield and self._load.in_flight:
+                await self._load.idle()
+            if self._turns is None:
+                return
+            await self._turns.take()
+            if not (self._yield and self._load.in_flight):  # none started while it waited
+                return
 
     def throttled(self) -> None:
         self._throttled_until = self._clock() + self._pause_s

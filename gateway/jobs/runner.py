@@ -27,7 +27,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import orjson
 
@@ -183,6 +183,7 @@ class JobRunner:
     async def _run(self, claim: Claim) -> None:
         heartbeat = asyncio.ensure_future(self._extend(claim))
         try:
+            await self._gate.step()  # a claimed batch starts paced, and not while a sync call is in flight
             document = snapshot.decode(claim.payload)
             if document.get("kind") == webhooks.KIND:
                 await self._deliver(claim, document)
@@ -278,7 +279,7 @@ class JobRunner:
         if native is None and exchange.candidates:
             first = exchange.candidates[0]
             upstream = self._pipeline().forwarder.upstream(first.upstream)
-            if isinstance(upstream, QueueingUpstream) and upstream.queues(first.model):
+            if _queueing(upstream) and upstream.queues(first.model):
                 native = NativeRef(first.upstream, first.model, "")
         if native is None:
             return await self._pipeline().respond(exchange)
@@ -408,6 +409,20 @@ class JobRunner:
                 await self._webhooks.notify(claim, result)
             except Exception:
                 logger.exception("job notification failed", extra={"request_id": claim.id})
+
+
+_QUEUEING: dict[type, bool] = {}
+
+
+def _queueing(upstream: object) -> TypeGuard[QueueingUpstream]:
+    """isinstance() against a runtime-checkable Protocol walks its members at every call: per
+    job, about a tenth of its event loop CPU (py-spy, `python -m bench.jobs`). The protocol's
+    members are methods, so an upstream's class decides, once."""
+    kind = type(upstream)
+    known = _QUEUEING.get(kind)
+    if known is None:
+        known = _QUEUEING[kind] = isinstance(upstream, QueueingUpstream)
+    return known
 
 
 def _cause(error: GatewayError) -> str:
