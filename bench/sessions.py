@@ -255,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         "--gateway-only", action="store_true", help="the wrk comparison alone (printed, the doc left as is)"
     )
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
-    parser.add_argument("--rounds", type=int, default=4, help="gateway rounds (pairs, order alternating)")
-    parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds of each gateway run")
+    parser.add_argument("--rounds", type=int, default=12, help="gateway rounds (pairs, order alternating)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds of each gateway run")
     parser.add_argument("--profile", choices=("off", "on"), help="py-spy one worker of this variant instead")
     args = parser.parse_args(argv)
     rounds = 1 if args.quick else args.rounds

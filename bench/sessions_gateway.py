@@ -1,9 +1,9 @@
 """bench.sessions, the whole pipeline with and without sessions: wrk c64 against one gateway
 (2 workers: Redis metering with a budget, the shipped policy, redaction masking both ways, the
 decision log, metrics), every request naming one of 64 sessions, `sessions.enabled` false and
-true. Rounds alternate the order (off then on, on then off, ...) so a drift of the machine's load
-falls on both alike; each round's pair gives a ratio of gateway CPU per request, and the
-figures are the medians.
+true. Both gateways stay up side by side; rounds of short wrk runs alternate between them
+(off then on, on then off, ...) so a drift of the machine's load falls on both alike; each
+round's pair gives a ratio of gateway CPU per request, and the figures are the medians.
 
 `profile_gateway` instead runs py-spy on one worker of one variant under that load
 (`bench/profile.py`), for an off-vs-on comparison of where a worker spends its time.
@@ -87,29 +87,38 @@ def _with_gateways(run: Callable[[spine.Stack, Callable[[bool], None], Path], An
 
 
 def gateway_figures(rounds: int, seconds: float) -> dict[str, Any]:
+    """Both gateways started once and kept up, then `rounds` pairs of wrk runs of `seconds`
+    each, one against each gateway back to back, the order alternating: many short paired
+    runs rather than a few long ones, so a change in the machine's load falls on both sides
+    of a pair alike."""
+
     def measure(stack: spine.Stack, start: Callable[[bool], None], script: Path) -> dict[str, Any]:
+        servers: dict[str, tuple[Any, str]] = {}
+        for name in ("off", "on"):
+            start(name == "on")
+            assert stack.gateway is not None
+            servers[name] = (stack.gateway, stack.gateway_url)
+            stack.gateway = None
+        for _, url in servers.values():
+            # A fresh gateway's first seconds cost more (connections opened, caches filled).
+            spine.wrk(url, script, 64, spine.WARMUP_S)
         rps: dict[str, list[float]] = {"off": [], "on": []}
         cpu: dict[str, list[float]] = {"off": [], "on": []}
         store: dict[str, list[float]] = {"off": [], "on": []}
         for n in range(rounds):
-            order = ("off", "on") if n % 2 == 0 else ("on", "off")
-            for name in order:
-                start(name == "on")
-                assert stack.gateway is not None
-                # A fresh gateway's first seconds cost more (connections opened, caches filled).
-                spine.wrk(stack.gateway_url, script, 64, spine.WARMUP_S)
+            for name in ("off", "on") if n % 2 == 0 else ("on", "off"):
+                proc, url = servers[name]
                 before = redis_cpu_s()
-                run = spine.served_load(stack.gateway_url, stack.gateway.pid, script, 64, seconds)
+                run = spine.served_load(url, proc.pid, script, 64, seconds)
                 store[name].append(1000 * (redis_cpu_s() - before) / max(run["requests"], 1))
                 if run["errors"] or run.get("non2xx"):
                     raise spine.BenchError(f"{name}: wrk saw errors: {run}")
                 rps[name].append(run["rps"])
                 cpu[name].append(run["cpu_ms_per_request"])
-                stack.procs.stop(stack.gateway)
-                stack.gateway = None
         ratios = [on / off for on, off in zip(cpu["on"], cpu["off"], strict=True)]
         return {
             "upstream": stack.upstream_kind,
+            "seconds": seconds,
             "rps": {name: statistics.median(v) for name, v in rps.items()},
             "cpu_ms_per_request": {name: statistics.median(v) for name, v in cpu.items()},
             "runs": rps,
@@ -153,8 +162,8 @@ def gateway_lines(g: dict[str, Any], target_loss: float) -> list[str]:
         "",
         f"The whole pipeline (2 workers, Redis metering with a budget, the shipped policy, redaction "
         f"both ways, the decision log, metrics; upstream {g['upstream']}), wrk c64, every request "
-        f"naming one of 64 sessions; {len(g['cpu_ratios'])} rounds, each a pair run back to back, "
-        "the order alternating (off then on, on then off):",
+        f"naming one of 64 sessions; both gateways up side by side, {len(g['cpu_ratios'])} rounds of "
+        f"{g.get('seconds', 10):.0f} s against each, back to back, the order alternating:",
         "",
         "| sessions | RPS at c64 | gateway CPU per request | Redis CPU per request |",
         "|---|---|---|---|",
