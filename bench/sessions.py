@@ -1,6 +1,8 @@
 """What sessions cost, and what compaction saves.
 
-    python -m bench.sessions [--quick] [--no-gateway] [--no-doc] [--rounds N]
+    python -m bench.sessions [--quick] [--no-gateway | --gateway-only] [--no-doc] [--rounds N]
+                             [--seconds S]
+    python -m bench.sessions --profile off|on [--seconds S]  # py-spy one worker of a variant
 
 - bookkeeping: one session request's own work in this process: the session stages (the
   record read through the worker's cache, limits and checkpoint settings settled), the
@@ -9,7 +11,7 @@
 - gateway: wrk c64 against one gateway (2 workers) running the whole pipeline (Redis
   metering with a budget, the shipped policy, redaction masking both ways, the decision log,
   metrics), every request naming one of 64 sessions, with `sessions.enabled` false and true;
-  rounds alternate, medians.
+  rounds of back-to-back pairs, the order alternating, medians (`sessions_gateway.py`).
 - compaction: a 40-turn session on the simulator (the client re-sends its whole history),
   without and with compact checkpoints every 8 turns: the upstream's input tokens per turn and
   the simulator's prefix cache hit ratio (cached / prompt tokens over every request it served,
@@ -25,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import functools
 import statistics
 import sys
 import tempfile
@@ -35,16 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import redis
 
 from adapters.state.redis import RedisStore
 from adapters.state.sqlite import SQLiteStore
 from bench import harness as spine
-from bench.metering import REDIS_URL, gateway_config, policy_dir
+from bench.metering import REDIS_URL
+from bench.sessions_gateway import delete_keys, gateway_figures, gateway_lines, profile_gateway
 from bench.sessions_shared import shared_lines, shared_runs
 from gateway.config import GatewayConfig
 from gateway.exchange import Attempt, Endpoint, Exchange, Principal, Tenant
-from gateway.keys import generate_key, hash_key
 from gateway.metering.records import Settlement
 from gateway.ports import StateStore
 from gateway.redaction.settings import scrubber_for
@@ -61,18 +61,6 @@ from tests.servers import gateway_config as test_gateway_config
 TARGET_CPU_MS = 0.03
 TARGET_THROUGHPUT_LOSS = 0.05
 TURNS, EVERY = 40, 8
-
-SESSION_WRK_SCRIPT = (
-    spine.WRK_SCRIPT
-    + """
-local sent = 0
-request = function()
-  sent = sent + 1
-  wrk.headers["X-Session-Id"] = "bench-session-" .. (sent % 64)
-  return wrk.format()
-end
-"""
-)
 
 
 def _config() -> GatewayConfig:
@@ -147,7 +135,7 @@ async def all_bookkeeping(n: int) -> dict[str, Any]:
         results["redis"] = await bookkeeping(store, n)
     finally:
         await store.aclose()
-        _delete(prefix)
+        delete_keys(prefix)
     with tempfile.TemporaryDirectory(prefix="tollgate-bench-sessions-") as tmp:
         store = SQLiteStore(Path(tmp) / "state.db")
         try:
@@ -155,44 +143,6 @@ async def all_bookkeeping(n: int) -> dict[str, Any]:
         finally:
             await store.aclose()
     return results
-
-
-def _delete(prefix: str) -> None:
-    client = redis.Redis.from_url(REDIS_URL)
-    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
-
-
-def gateway_figures(rounds: int, seconds: float) -> dict[str, Any]:
-    procs = spine.Processes()
-    tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-sessions-"))
-    key = generate_key()
-    prefix = f"tgbench-{uuid.uuid4().hex[:8]}"
-    state = {"store": "redis", "redis_url": REDIS_URL, "key_prefix": prefix}
-    policy = policy_dir(tmp)
-
-    def start(enabled: bool, stack: spine.Stack) -> None:
-        def config(port: int) -> dict[str, Any]:
-            data = gateway_config(stack, port, hash_key(key), state, policy)
-            return {**data, "sessions": {"enabled": enabled}}
-
-        spine.serve_gateway(stack, f"sessions-{enabled}", config)
-
-    try:
-        stack = spine.start_stack(procs, tmp, "auto", 1)
-        stack = dataclasses.replace(stack, api_key=key)
-        script = tmp / "sessions.lua"
-        script.write_text(SESSION_WRK_SCRIPT.format(body=spine.CHAT_BODY, key=key))
-        starts = {
-            "off": functools.partial(start, False, stack),
-            "on": functools.partial(start, True, stack),
-        }
-        return spine.alternating_gateways(stack, starts, script, rounds, seconds)
-    finally:
-        procs.stop_all()
-        _delete(prefix)
 
 
 def compaction(cache_blocks: int, compact: bool) -> dict[str, Any]:
@@ -260,31 +210,7 @@ def section(
         f"| <= {TARGET_CPU_MS} ms | {spine.met(r['stages_cpu_ms'] + extra_r <= TARGET_CPU_MS)} (Redis) |",
     ]
     if g is not None:
-        rps, cpu = g["rps"], g["cpu_ms_per_request"]
-        loss = 1 - rps["on"] / rps["off"]
-        lines += [
-            "",
-            f"The whole pipeline (2 workers, Redis metering with a budget, the shipped policy, redaction "
-            f"both ways, the decision log, metrics; upstream {g['upstream']}), wrk c64, every request "
-            "naming one of 64 sessions:",
-            "",
-            "| sessions | RPS at c64 | gateway CPU per request |",
-            "|---|---|---|",
-            f"| off | {rps['off']:,.0f} | {cpu['off']:.3f} ms |",
-            f"| on | {rps['on']:,.0f} | {cpu['on']:.3f} ms |",
-            "",
-            f"Throughput lost to sessions: {100 * loss:.1f} % "
-            f"(target <= {100 * TARGET_THROUGHPUT_LOSS:.0f} %: "
-            f"{_verdict(g, loss)}); gateway CPU per request {cpu['on'] / cpu['off']:.2f}x. Rounds: off "
-            f"{_rounds(g, 'off')}, on {_rounds(g, 'on')} RPS. When rounds scatter more than the difference, "
-            "the machine's load swamped the cost of sessions: the per-request CPU figures above "
-            "are the measure.",
-            "",
-            f"Taking gateway CPU per request as the measure (a CPU-bound gateway's throughput is its "
-            f"inverse), sessions cost {100 * (1 - cpu['off'] / cpu['on']):.1f} % of the whole pipeline's "
-            f"throughput (target <= {100 * TARGET_THROUGHPUT_LOSS:.0f} %: "
-            f"{spine.met(1 - cpu['off'] / cpu['on'] <= TARGET_THROUGHPUT_LOSS)}).",
-        ]
+        lines += gateway_lines(g, TARGET_THROUGHPUT_LOSS)
     lines += [
         "",
         f"A {TURNS}-turn session on the simulator, the client re-sending its whole history; compact "
@@ -321,25 +247,35 @@ def section(
     return "\n".join(lines)
 
 
-def _verdict(g: dict[str, Any], loss: float) -> str:
-    """met, not met, or inconclusive when the rounds of either side scatter more than the loss."""
-    spread = max(max(v) / min(v) - 1 for v in g["runs"].values())
-    if spread > abs(loss) and spread > TARGET_THROUGHPUT_LOSS:
-        return f"inconclusive on this machine, rounds scatter by {100 * spread:.0f} %"
-    return spine.met(loss <= TARGET_THROUGHPUT_LOSS)
-
-
-def _rounds(g: dict[str, Any], name: str) -> str:
-    return ", ".join(f"{v:,.0f}" for v in g["runs"][name])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sessions")
     parser.add_argument("--quick", action="store_true", help="fewer requests, 1 round of 5 s")
     parser.add_argument("--no-gateway", action="store_true", help="no wrk runs")
+    parser.add_argument(
+        "--gateway-only", action="store_true", help="the wrk comparison alone (printed, the doc left as is)"
+    )
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
-    parser.add_argument("--rounds", type=int, default=3, help="gateway rounds (each: off, then on)")
+    parser.add_argument("--rounds", type=int, default=12, help="gateway rounds (pairs, order alternating)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds of each gateway run")
+    parser.add_argument("--profile", choices=("off", "on"), help="py-spy one worker of this variant instead")
     args = parser.parse_args(argv)
+    rounds = 1 if args.quick else args.rounds
+    seconds = 5 if args.quick else args.seconds
+    if args.profile:
+        prof = profile_gateway(args.profile, seconds)
+        for title in ("areas", "inclusive", "self_python"):
+            print(f"-- {title}")
+            for row in prof[title]:
+                print(f"{row['pct']:5.1f} %  {row['function']}")
+        print(f"samples {prof['samples']}, raw stacks {prof['raw']}")
+        return 0
+    if args.gateway_only:
+        meta = spine.run_meta(argv)
+        figures = gateway_figures(rounds, seconds)
+        spine.save_results("sessions-gateway", {"meta": meta, "gateway": figures})
+        print(f"python -m bench.sessions{meta['args']} · {meta['date']} · git {meta['git']}")
+        print("\n".join(gateway_lines(figures, TARGET_THROUGHPUT_LOSS)))
+        return 0
     books = asyncio.run(all_bookkeeping(200 if args.quick else 500))
     runs = {
         f"{blocks}/{'on' if on else 'off'}": compaction(blocks, on)
@@ -347,8 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         for on in (False, True)
     }
     shared = shared_runs()
-    rounds = 1 if args.quick else args.rounds
-    gateway = None if args.no_gateway else gateway_figures(rounds, 5 if args.quick else 10)
+    gateway = None if args.no_gateway else gateway_figures(rounds, seconds)
     meta = spine.run_meta(argv)
     spine.save_results(
         "sessions",

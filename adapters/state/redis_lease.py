@@ -7,8 +7,8 @@ expires, and `open_reservations` counts it. Its fields: `s` (o: open), `n` (the 
 applied sequence number), `b:<counter key>` (the hold), `u:<rate key>` (units taken since
 the lease began). A batch marks `r:<batch id>` settled, as a settle marks its id, and
 updates the session records of its settlements in the same step (`redis_sessions.APPLY`,
-one update after another, in the batch's order), so a leased request of a session costs
-no store call of its own.
+one update after another, in the batch's order, then the tenant's session index once), so a
+leased request of a session costs no store call of its own.
 """
 
 from __future__ import annotations
@@ -62,11 +62,13 @@ if has_batch and redis.call('EXISTS', KEYS[3]) == 0 then
   end
   local nu = tonumber(A[#A])
   local ku, au = #KEYS - 3 * nu, #A - 1 - SESSION_ARGC * nu
+  local updates = {}
   for u = 0, nu - 1 do
     local k = ku + 3 * u
-    apply_session({KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[ku]},
-      {unpack(A, au + 1 + SESSION_ARGC * u, au + SESSION_ARGC * (u + 1))})
+    updates[u + 1] = {unpack(A, au + 1 + SESSION_ARGC * u, au + SESSION_ARGC * (u + 1))}
+    apply_session({KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]}, updates[u + 1])
   end
+  index_sessions(KEYS[ku], updates)
   redis.call('HSET', KEYS[3], 's', 's')
   redis.call('PEXPIRE', KEYS[3], keep)
   applied = 1

@@ -26,54 +26,70 @@ from gateway.sessions.records import Checkpoint, SessionRecord, SessionUpdate
 SESSION_KEYS = 4  # s, sd, sc, sx
 SESSION_ARGC = 16  # the arguments of one update (`args`)
 
-# K: {s, sd, sc, sx}; A: {session, turn, input, cached, output, cost, model, upstream, replica,
+# K: {s, sd, sc}; A: {session, turn, input, cached, output, cost, model, upstream, replica,
 # workflow, decision ids (space-separated), max decisions, idle ms, due, checkpoint JSON, max checkpoints}
+# `apply_session` updates the record with one read and one write of its hash (the counters
+# are summed here: they stay below 2^53, exact in Lua's doubles), then `index_sessions` puts
+# the sessions of one call in the tenant's index `sx` at once (one ZADD, one trim).
 APPLY = """
 local function apply_session(K, A)
   local s = K[1]
-  local before = redis.call('HMGET', s, 'f', 't', 'li')
-  if not before[1] then
-    redis.call('DEL', K[2], K[3])
-    redis.call('HSET', s, 'f', n(now), 't', 0, 'i', 0, 'c', 0, 'o', 0, 'u', 0, 'fi', 0, 'li', 0, 'g', 0,
-      'm', '', 'up', '', 'r', 0, 'w', '', 'dd', 0, 'due', '', 'dt', 0)
-  end
-  local turns = tonumber(before[2] or '0')
+  local r = redis.call('HMGET', s, 'f', 't', 'i', 'c', 'o', 'u', 'fi', 'li', 'dd')
   local turn = tonumber(A[2])
-  redis.call('HSET', s, 'l', n(now))
-  if turn > 0 then redis.call('HINCRBY', s, 't', turn) end
-  redis.call('HINCRBY', s, 'i', A[3])
-  redis.call('HINCRBY', s, 'c', A[4])
-  redis.call('HINCRBY', s, 'o', A[5])
-  redis.call('HINCRBY', s, 'u', A[6])
+  local h = {'l', n(now)}
+  if not r[1] then
+    redis.call('DEL', K[2], K[3])
+    r = {false, '0', '0', '0', '0', '0', '0', '0', '0'}
+    for _, v in ipairs({'f', n(now), 'fi', 0, 'li', 0, 'g', 0, 'm', '', 'up', '', 'r', 0, 'w', '',
+      'dd', 0, 'due', '', 'dt', 0}) do h[#h + 1] = v end
+  end
+  local turns = tonumber(r[2])
+  local function add(field, value) h[#h + 1] = field; h[#h + 1] = value end
+  add('t', n(turns + turn))
+  add('i', n(tonumber(r[3]) + tonumber(A[3])))
+  add('c', n(tonumber(r[4]) + tonumber(A[4])))
+  add('o', n(tonumber(r[5]) + tonumber(A[5])))
+  add('u', n(tonumber(r[6]) + tonumber(A[6])))
   if turn > 0 then
     if turns == 0 then
-      redis.call('HSET', s, 'fi', A[3], 'g', 0)
+      add('fi', A[3]); add('g', 0)
     else
-      redis.call('HSET', s, 'g', n(tonumber(A[3]) - tonumber(before[3] or '0')))
+      add('g', n(tonumber(A[3]) - tonumber(r[8])))
     end
-    redis.call('HSET', s, 'li', A[3])
+    add('li', A[3])
   end
-  if A[7] ~= '' then redis.call('HSET', s, 'm', A[7], 'up', A[8], 'r', A[9]) end
-  if A[10] ~= '' then redis.call('HSET', s, 'w', A[10]) end
+  if A[7] ~= '' then add('m', A[7]); add('up', A[8]); add('r', A[9]) end
+  if A[10] ~= '' then add('w', A[10]) end
   if A[11] ~= '' then
-    local len = 0
-    for id in string.gmatch(A[11], '%S+') do len = redis.call('RPUSH', K[2], id) end
+    local ids = {}
+    for id in string.gmatch(A[11], '%S+') do ids[#ids + 1] = id end
+    local len = #ids > 0 and redis.call('RPUSH', K[2], unpack(ids)) or 0
     local keep = tonumber(A[12])
     if len > keep then
       redis.call('LTRIM', K[2], -keep, -1)
-      redis.call('HINCRBY', s, 'dd', len - keep)
+      add('dd', n(tonumber(r[9]) + len - keep))
     end
   end
-  if A[14] ~= '' then redis.call('HSET', s, 'due', A[14], 'dt', turns + turn) end
+  if A[14] ~= '' then add('due', A[14]); add('dt', n(turns + turn)) end
   if A[15] ~= '' then
     redis.call('RPUSH', K[3], A[15])
     redis.call('LTRIM', K[3], -tonumber(A[16]), -1)
   end
-  local idle = tonumber(A[13])
-  for i = 1, 4 do redis.call('PEXPIRE', K[i], A[13]) end
+  redis.call('HSET', s, unpack(h))
+  for i = 1, 3 do redis.call('PEXPIRE', K[i], A[13]) end
+end
+-- sx: the tenant's index; updates: the argument lists of the sessions updated, in order.
+local function index_sessions(sx, updates)
+  if #updates == 0 then return end
   local ms = math.floor(now / 1000)
-  redis.call('ZADD', K[4], n(ms), A[1])
-  redis.call('ZREMRANGEBYSCORE', K[4], '-inf', '(' .. n(ms - idle))
+  local z, idle = {}, 0
+  for _, A in ipairs(updates) do
+    z[#z + 1] = n(ms); z[#z + 1] = A[1]
+    idle = math.max(idle, tonumber(A[13]))
+  end
+  redis.call('ZADD', sx, unpack(z))
+  redis.call('ZREMRANGEBYSCORE', sx, '-inf', '(' .. n(ms - idle))
+  redis.call('PEXPIRE', sx, idle)
 end
 """
 
@@ -97,12 +113,15 @@ def settle_with_session(settle: str, prelude: str) -> str:
         + "local function settle_main()\n"
         + body
         + "\nend\nlocal applied = settle_main()\n"
-        + "if applied == 1 then apply_session(session_keys, session_args) end\nreturn applied\n"
+        + "if applied == 1 then\n"
+        + "  apply_session(session_keys, session_args)\n"
+        + "  index_sessions(session_keys[4], {session_args})\n"
+        + "end\nreturn applied\n"
     )
 
 
 def update_script(prelude: str) -> str:
-    return prelude + APPLY + "apply_session(KEYS, ARGV)\nreturn 1\n"
+    return prelude + APPLY + "apply_session(KEYS, ARGV)\nindex_sessions(KEYS[4], {ARGV})\nreturn 1\n"
 
 
 # KEYS: s, sd, sc. Returns {} or {hash fields, decision ids, checkpoints}.

@@ -19,7 +19,7 @@ import orjson
 from gateway.errors import InvalidRequest
 from gateway.exchange import Endpoint, Exchange
 from gateway.policy.defer import CAPACITY_OK
-from gateway.sessions.bands import NO_SESSION, session_bands
+from gateway.sessions.bands import NO_SESSION
 
 DATA_CLASS_HEADER = "x-data-class"
 BUDGET_OK = "ok"  # the band without metering; with it also "soft_exceeded" and "exceeded"
@@ -79,7 +79,7 @@ def build_input(
         "messages": _band(len(messages), _MESSAGE_BANDS) if chat else "0",
         "prompt_tokens": _band(_estimated_tokens(messages if chat else body.get("input")), _TOKEN_BANDS),
         "session": exchange.session_key is not None,
-        "session_state": session_bands(exchange.session.record) if exchange.session else NO_SESSION,
+        "session_state": exchange.session.bands if exchange.session else NO_SESSION,
         "budget": budget,
         "data_class": _data_class(exchange.headers.get(DATA_CLASS_HEADER)),
         "workflow": exchange.workflow,

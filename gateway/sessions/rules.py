@@ -42,6 +42,8 @@ def parse_session_rules(value: Any) -> SessionRules:
     """Raises ValueError, naming the field, for anything but the documented shape."""
     if not isinstance(value, dict):
         raise ValueError("session must be an object")
+    if not value:
+        return NO_RULES  # the common case: one shared object
     checkpoint = value.get("checkpoint", {})
     if not isinstance(checkpoint, dict):
         raise ValueError("session.checkpoint must be an object")

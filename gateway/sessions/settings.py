@@ -10,7 +10,9 @@ from gateway.exchange import Principal
 from gateway.keys import key_id
 from gateway.metering.prices import PER_MILLION
 from gateway.sessions.config import SessionLimitsConfig
-from gateway.sessions.rules import SessionLimits, SessionRules
+from gateway.sessions.rules import NO_LIMITS, SessionLimits, SessionRules
+
+_MAX_PLANS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,16 +41,25 @@ class SessionSettings:
             for key in config.keys
             if key.session_limits is not None
         }
+        # What a request gets when its decision sets nothing: settled once, not per request.
+        self._tenant_base = {name: _limits(c) for name, c in self._tenant_limits.items()}
+        self._key_base = {key: _limits(c) for key, c in self._key_limits.items()}
         self._tenant_checkpoints = {
             name: tenant.sessions.checkpoints or sessions.checkpoints
             for name, tenant in config.tenants.items()
         }
         self._default_checkpoints = sessions.checkpoints
         self._workflows = dict(sessions.workflows)
+        # (tenant, workflow, the decision's rules) -> plan: tenants and workflows are bounded
+        # (configured, "other", "default"), and decisions are cached, so their rules repeat.
+        self._plans: dict[tuple[str, str, SessionRules], CheckpointPlan | None] = {}
 
     def limits(self, principal: Principal, rules: SessionRules) -> SessionLimits:
-        configured = self._key_limits.get(principal.key_id) or self._tenant_limits.get(principal.tenant.name)
-        base = _limits(configured) if configured is not None else SessionLimits()
+        base = self._key_base.get(principal.key_id)
+        if base is None:
+            base = self._tenant_base.get(principal.tenant.name, NO_LIMITS)
+        if rules.max_tokens is None and rules.max_micros is None and rules.max_input_tokens is None:
+            return base
         return SessionLimits(
             rules.max_tokens if rules.max_tokens is not None else base.max_tokens,
             rules.max_micros if rules.max_micros is not None else base.max_micros,
@@ -57,8 +68,18 @@ class SessionSettings:
 
     def checkpoints(self, principal: Principal, workflow: str, rules: SessionRules) -> CheckpointPlan | None:
         """The request's checkpoint plan; None when checkpoints are off for it."""
+        key = (principal.tenant.name, workflow, rules)
+        try:
+            return self._plans[key]
+        except KeyError:
+            if len(self._plans) >= _MAX_PLANS:  # a policy whose rules never repeat
+                self._plans.clear()
+            plan = self._plans[key] = self._plan(key[0], workflow, rules)
+            return plan
+
+    def _plan(self, tenant: str, workflow: str, rules: SessionRules) -> CheckpointPlan | None:
         config = self._workflows.get(workflow) or self._tenant_checkpoints.get(
-            principal.tenant.name, self._default_checkpoints
+            tenant, self._default_checkpoints
         )
         mode = rules.checkpoint_mode or config.mode
         every = rules.every_turns if rules.every_turns is not None else config.every_turns

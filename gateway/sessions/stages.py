@@ -44,9 +44,9 @@ class SessionOpen:
         # Only a session the client named: a prompt family (route's fallback key) is no session.
         if exchange.session_key is None or principal is None or exchange.endpoint is not Endpoint.CHAT:
             return
-        record = await self._sessions.record(principal.tenant.name, exchange.session_key)
+        record, bands = await self._sessions.admission(principal.tenant.name, exchange.session_key)
         # The workflow as the label stage named it: a configured name, "other" or "default".
-        exchange.session = SessionTicket(exchange.session_key, exchange.workflow, record)
+        exchange.session = SessionTicket(exchange.session_key, exchange.workflow, record, bands)
 
 
 class SessionCheck:

@@ -10,12 +10,16 @@ from collections.abc import Callable
 
 from gateway.errors import StateStoreUnavailable
 from gateway.ports import StateStore
+from gateway.sessions.bands import NO_SESSION, session_bands
 from gateway.sessions.records import Checkpoint, SessionRecord
 
 logger = logging.getLogger("tollgate.sessions")
 
 _MAX_ENTRIES = 10_000  # records cached per worker; the oldest entry goes first
 _MAX_MADE = 4  # checkpoints this worker made, remembered per session until the record shows them
+
+# A cache entry: until when it is fresh (monotonic), the record, and its policy bands.
+_Entry = tuple[float, SessionRecord | None, dict[str, str]]
 
 
 class SessionStore:
@@ -38,7 +42,7 @@ class SessionStore:
         self._opening = asyncio.Lock()
         self._ttl_s = ttl_s
         self._monotonic = monotonic
-        self._cache: dict[tuple[str, str], tuple[float, SessionRecord | None]] = {}
+        self._cache: dict[tuple[str, str], _Entry] = {}
         self._made: dict[tuple[str, str], list[Checkpoint]] = {}
 
     async def store(self) -> StateStore:
@@ -54,20 +58,28 @@ class SessionStore:
 
     async def record(self, tenant: str, session: str, fresh: bool = False) -> SessionRecord | None:
         """The record (None when there is none, or the store cannot be read: logged)."""
+        return (await self._entry(tenant, session, fresh))[1]
+
+    async def admission(self, tenant: str, session: str) -> tuple[SessionRecord | None, dict[str, str]]:
+        """The cached record and its policy bands, computed once per read rather than per request."""
+        _, record, bands = await self._entry(tenant, session, False)
+        return record, bands
+
+    async def _entry(self, tenant: str, session: str, fresh: bool) -> _Entry:
         key = (tenant, session)
         now = self._monotonic()
         cached = self._cache.get(key)
         if cached is not None and cached[0] > now and not fresh:
-            return cached[1]
+            return cached
         try:
             record = await (await self.store()).session(tenant, session)
         except StateStoreUnavailable:
             logger.warning("session record unavailable: the state store cannot be read")
-            return cached[1] if cached is not None else None
+            return cached if cached is not None else (now, None, NO_SESSION)
         if len(self._cache) >= _MAX_ENTRIES:
             del self._cache[next(iter(self._cache))]
-        self._cache[key] = (now + self._ttl_s, record)
-        return record
+        entry = self._cache[key] = (now + self._ttl_s, record, session_bands(record))
+        return entry
 
     def checkpoints(self, tenant: str, session: str, record: SessionRecord | None) -> list[Checkpoint]:
         """The session's checkpoints: the record's, and those this worker made since."""

@@ -13,6 +13,7 @@ class SessionTicket:
     key: str  # the session key: the client's id, tenant-scoped and hashed
     workflow: str  # the x-workflow label ("" when none)
     record: SessionRecord | None  # as read at admission (at most `sessions.cache_s` old)
+    bands: dict[str, str]  # the record's policy bands (`bands.py`), shared by the requests that read it
     limits: SessionLimits = NO_LIMITS  # set once the decision is known
     due: str = ""  # why a checkpoint is due with this request
     checkpoint: Checkpoint | None = None  # made by this request (compact mode)
