@@ -1,14 +1,17 @@
-"""uvicorn's httptools protocol, sending a response's head and body in one write.
+"""uvicorn's httptools protocol, sending a response's writes together.
 
-uvicorn writes a response's head and its body with two `transport.write` calls, and uvloop
-sends each at once: two system calls and two TCP segments for every response. Here the
-protocol's transport holds a write back until the next one, and sends the two together: a
-whole non-streamed response leaves in one call, and a stream's head leaves with its first
-event. A write that nothing follows is sent at the end of the loop's turn, so nothing waits
-longer than the turn that wrote it. `python -m bench.overhead` measured the effect
-(docs/benchmarks.md).
+uvicorn writes a response's head and its body with two `transport.write` calls, and a
+stream's events with one each, and uvloop sends each at once: a system call and a TCP
+segment per write. Here the protocol's transport holds writes back and sends them together:
 
-`tollgate serve` gives uvicorn `HTTP_PROTOCOL` as its `http` setting.
+- a response's first two writes (its head and the start of its body) leave together at once,
+  so a whole non-streamed response is one call and a stream's head leaves with its first event;
+- its later writes (a stream's further events) are gathered until the end of the loop's turn,
+  or until `GATHER_MAX` bytes are held: the events one upstream read delivered leave in one
+  call, and none waits longer than the turn that wrote it.
+
+`python -m bench.overhead` and `python -m bench.leases --streams` measured the effect
+(docs/benchmarks.md). `tollgate serve` gives uvicorn `HTTP_PROTOCOL` as its `http` setting.
 """
 
 from __future__ import annotations
@@ -20,39 +23,51 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 HTTP_PROTOCOL = "gateway.http_protocol:TurnBufferedHttpToolsProtocol"
 
+GATHER_MAX = 64 * 1024
+"""Bytes held at most before they are sent, whatever the turn."""
+
 
 class TurnBufferedTransport:
-    """A transport that sends writes in pairs, a lone write at the end of the loop's turn.
+    """A transport that sends a response's first two writes as a pair, and gathers the later
+    ones until the end of the loop's turn (or `GATHER_MAX` bytes).
 
+    `response_done()` sends what is held and makes the next write the start of a new response.
     Everything else is the wrapped transport's. `close()` sends what is held first, as a
     transport's own close does with its buffer; `abort()` drops it.
     """
 
-    __slots__ = ("_held", "_loop", "_scheduled", "_transport")
+    __slots__ = ("_held", "_held_size", "_loop", "_pairing", "_scheduled", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
-        self._held: bytes | bytearray | memoryview | None = None
+        self._held: list[bytes | bytearray | memoryview] = []
+        self._held_size = 0
+        self._pairing = True  # the next write that finds one held sends the pair at once
         self._scheduled = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
         held = self._held
-        if held is None:
-            self._held = data
-            if not self._scheduled:
-                self._scheduled = True
-                self._loop.call_soon(self._end_of_turn)
-            return
-        self._held = None
-        if not self._transport.is_closing():
-            self._transport.writelines((held, data))
+        held.append(data)
+        self._held_size += len(data)
+        if len(held) == 2 and self._pairing:
+            self._pairing = False
+            self.flush()
+        elif self._held_size >= GATHER_MAX:
+            self.flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._end_of_turn)
 
     def writelines(self, lines: Any) -> None:
         for data in lines:
             self.write(data)
+
+    def response_done(self) -> None:
+        self.flush()
+        self._pairing = True
 
     def _end_of_turn(self) -> None:
         self._scheduled = False
@@ -60,25 +75,31 @@ class TurnBufferedTransport:
 
     def flush(self) -> None:
         held = self._held
-        if held is None:
+        if not held:
             return
-        self._held = None
-        if not self._transport.is_closing():  # else the client left: nothing to send it to
-            self._transport.write(held)
+        self._held = []
+        self._held_size = 0
+        if self._transport.is_closing():  # the client left: nothing to send it to
+            return
+        if len(held) == 1:
+            self._transport.write(held[0])
+        else:
+            self._transport.writelines(held)
 
     def close(self) -> None:
         self.flush()
         self._transport.close()
 
     def abort(self) -> None:
-        self._held = None
+        self._held = []
+        self._held_size = 0
         self._transport.abort()
 
     def is_closing(self) -> bool:
         return self._transport.is_closing()
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + (len(self._held) if self._held is not None else 0)
+        return self._transport.get_write_buffer_size() + self._held_size
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return self._transport.get_extra_info(name, default)
@@ -95,5 +116,10 @@ class TurnBufferedTransport:
 
 class TurnBufferedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        buffered = TurnBufferedTransport(transport, self.loop)
-        super().connection_made(buffered)  # type: ignore[arg-type]
+        self.buffered = TurnBufferedTransport(transport, self.loop)
+        super().connection_made(self.buffered)  # type: ignore[arg-type]
+
+    def on_response_complete(self) -> None:
+        # The response's last writes leave now, and the next response pairs its own head and body.
+        self.buffered.response_done()
+        super().on_response_complete()

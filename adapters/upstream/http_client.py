@@ -77,11 +77,11 @@ class HttpClient:
         between_chunks_timeout: float,
         head_within: float | None = None,
     ) -> StreamResponse:
-        """POST and wait for the response head; the body is then read line by line.
+        """POST and wait for the response head; the body is then read as it arrives (`blocks`).
 
-        `first_byte_timeout` covers the head and the first line of the body together (servers
+        `first_byte_timeout` covers the head and the first bytes of the body together (servers
         send their head at once and the first event after prefill), the head alone also
-        `head_within`; `between_chunks_timeout` each later line.
+        `head_within`; `between_chunks_timeout` each later wait for bytes.
         """
         first_by = time.monotonic() + first_byte_timeout
         head_s = first_byte_timeout if head_within is None else min(head_within, first_byte_timeout)
@@ -132,7 +132,7 @@ class StreamResponse:
         self._response = response
         self._client = client
         self._between = between
-        self._first_by = first_by  # time.monotonic() by which the first line must be in
+        self._first_by = first_by  # time.monotonic() by which the first bytes of the body must be in
         self.status = response.status
         self.headers = _lower(response.headers)
 
@@ -148,20 +148,18 @@ class StreamResponse:
         with self._client._translated(self._between):
             return await self._response.read()
 
-    async def lines(self) -> AsyncIterator[bytes]:
+    async def blocks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives: at each step, everything that is in, in one piece."""
         content = self._response.content
         with self._client._translated(max(self._first_by - time.monotonic(), 0.0)):
-            line = await content.readline()
-        if not line:
+            block = await content.readany()
+        if not block:
             return
         self.set_read_timeout(self._between)
-        yield line
+        yield block
         with self._client._translated(self._between):
-            while True:
-                line = await content.readline()
-                if not line:
-                    return
-                yield line
+            while block := await content.readany():
+                yield block
 
     def close(self) -> None:
         if self._response.content.at_eof():

@@ -37,20 +37,57 @@ async def open_event_stream(
     return response
 
 
-async def sse_data(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The `data` of each event, multi-line data joined; other fields and comments skipped."""
-    data: list[bytes] = []
-    async for raw_line in lines:
-        line = raw_line.rstrip(b"\r\n")
-        if not line:
-            if data:
-                yield data[0] if len(data) == 1 else b"\n".join(data)
-                data = []
-        elif line.startswith(b"data:"):
-            value = line[5:]
-            data.append(value[1:] if value.startswith(b" ") else value)
-    if data:
-        yield b"\n".join(data)
+class SseEvents:
+    """The `data` of each event in a body fed in blocks of any size (a block may end anywhere,
+    mid-line included); multi-line data joined; other fields and comments skipped."""
+
+    __slots__ = ("_data", "_rest")
+
+    def __init__(self) -> None:
+        self._data: list[bytes] = []  # the data lines of the event in progress
+        self._rest = b""  # an unfinished line
+
+    def feed(self, block: bytes) -> list[bytes]:
+        if self._rest:
+            block = self._rest + block
+        lines = block.split(b"\n")
+        self._rest = lines.pop()
+        return self._events(lines)
+
+    def end(self) -> list[bytes]:
+        """What the body's end completes: its last line, its last event without a blank line."""
+        rest, self._rest = self._rest, b""
+        events = self._events([rest]) if rest else []
+        if self._data:
+            events.append(b"\n".join(self._data))
+            self._data = []
+        return events
+
+    def _events(self, lines: list[bytes]) -> list[bytes]:
+        events: list[bytes] = []
+        data = self._data
+        for raw_line in lines:
+            line = raw_line.rstrip(b"\r")
+            if not line:
+                if data:
+                    events.append(data[0] if len(data) == 1 else b"\n".join(data))
+                    data = []
+            elif line.startswith(b"data:"):
+                value = line[5:]
+                data.append(value[1:] if value.startswith(b" ") else value)
+        self._data = data
+        return events
+
+
+async def sse_batches(blocks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
+    """The `data` of the events each block completes, block by block: the events one read
+    brought are handled together (and their chunks relayed in one write, gateway/http_protocol.py)."""
+    events = SseEvents()
+    async for block in blocks:
+        if batch := events.feed(block):
+            yield batch
+    if batch := events.end():
+        yield batch
 
 
 class SseChunkStream:
@@ -65,50 +102,52 @@ class SseChunkStream:
         self._response = response
         self._upstream = upstream
         self._shape = shape
+        self._finished = False  # a chunk as the upstream sent it had a finish reason
 
     def __aiter__(self) -> AsyncIterator[Chunk]:
         return self._chunks()
 
     async def _chunks(self) -> AsyncIterator[Chunk]:
-        finished = False
-        events = sse_data(self._response.lines())
-        async for payload in events:
-            if payload == b"[DONE]":
-                async for _ in events:  # read to the end so the connection can be reused
-                    pass
-                return
-            try:
-                data = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                raise UpstreamError(
-                    f"Upstream {self._upstream!r} sent a malformed stream chunk.",
-                    code="upstream_malformed_chunk",
-                    upstream=self._upstream,
-                ) from None
-            if not isinstance(data, dict):
-                continue
-            if "error" in data and "choices" not in data:
-                raise UpstreamError(
-                    f"Upstream {self._upstream!r} reported an error mid-stream.",
-                    code="upstream_stream_error",
-                    upstream=self._upstream,
-                )
-            if self._shape is not None:
-                shaped = self._shape(data)
-                if shaped is None:
-                    continue
-                chunk = Chunk(orjson.dumps(shaped), shaped)
-            else:
-                chunk = Chunk(payload, data)
-            if not finished:
-                finished = _has_finish_reason(data)
-            yield chunk
-        if not finished:
+        batches = sse_batches(self._response.blocks())
+        async for batch in batches:
+            for payload in batch:
+                if payload == b"[DONE]":
+                    async for _ in batches:  # read to the end so the connection can be reused
+                        pass
+                    return
+                chunk = self._chunk(payload)
+                if chunk is not None:
+                    yield chunk
+        if not self._finished:
             raise UpstreamError(
                 f"Upstream {self._upstream!r} ended the stream before completing it.",
                 code="upstream_incomplete",
                 upstream=self._upstream,
             )
+
+    def _chunk(self, payload: bytes) -> Chunk | None:
+        try:
+            data = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise UpstreamError(
+                f"Upstream {self._upstream!r} sent a malformed stream chunk.",
+                code="upstream_malformed_chunk",
+                upstream=self._upstream,
+            ) from None
+        if not isinstance(data, dict):
+            return None
+        if "error" in data and "choices" not in data:
+            raise UpstreamError(
+                f"Upstream {self._upstream!r} reported an error mid-stream.",
+                code="upstream_stream_error",
+                upstream=self._upstream,
+            )
+        if not self._finished:
+            self._finished = _has_finish_reason(data)
+        if self._shape is None:
+            return Chunk(payload, data)
+        shaped = self._shape(data)
+        return None if shaped is None else Chunk(orjson.dumps(shaped), shaped)
 
     async def aclose(self) -> None:
         self._response.close()

@@ -1,4 +1,5 @@
-"""Server-sent events: the data of each event, whatever the line endings and extra fields."""
+"""Server-sent events: the data of each event, whatever the line endings, extra fields and
+the places the body's blocks end."""
 
 from __future__ import annotations
 
@@ -6,16 +7,16 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters.upstream.sse import sse_data
+from adapters.upstream.sse import SseEvents, sse_batches
 
 
-async def _lines(text: bytes) -> AsyncIterator[bytes]:
-    for line in text.splitlines(keepends=True):
-        yield line
+async def _blocks(*blocks: bytes) -> AsyncIterator[bytes]:
+    for block in blocks:
+        yield block
 
 
 async def _events(text: bytes) -> list[bytes]:
-    return [event async for event in sse_data(_lines(text))]
+    return [event async for batch in sse_batches(_blocks(text)) for event in batch]
 
 
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n"])
@@ -39,7 +40,24 @@ async def test_comments_and_other_fields_are_skipped() -> None:
 
 async def test_last_event_without_a_blank_line_is_kept() -> None:
     assert await _events(b"data: one\n\ndata: tail") == [b"one", b"tail"]
+    assert await _events(b"data: one\n\ndata: tail\n") == [b"one", b"tail"]
 
 
 async def test_blank_lines_alone_make_no_event() -> None:
     assert await _events(b"\n\n\n") == []
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"])
+async def test_blocks_may_end_anywhere(newline: bytes) -> None:
+    text = newline.join([b'data: {"a":1}', b"", b"data: x", b"data: y", b"", b"data: [DONE]", b"", b""])
+    whole = [b'{"a":1}', b"x\ny", b"[DONE]"]
+    for cut in range(1, len(text)):
+        for second in range(cut, len(text)):
+            parser = SseEvents()
+            events = parser.feed(text[:cut]) + parser.feed(text[cut:second]) + parser.feed(text[second:])
+            assert events + parser.end() == whole, (cut, second)
+
+
+async def test_the_events_one_block_completes_come_together() -> None:
+    batches = sse_batches(_blocks(b"data: 1\n\ndata: 2\n\ndata: 3", b"\n\ndata: 4\n\n"))
+    assert [batch async for batch in batches] == [[b"1", b"2"], [b"3", b"4"]]

@@ -1,5 +1,5 @@
-"""The server's transport sends a response's head and body in one call, holds nothing past
-the loop's turn, and loses nothing."""
+"""The server's transport sends a response's head and body in one call, a stream's later events
+together, holds nothing past the loop's turn, and loses nothing."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.http_protocol import TurnBufferedTransport
+from gateway.http_protocol import GATHER_MAX, TurnBufferedTransport
 from tests.servers import RunningGateway
 
 
@@ -61,24 +61,59 @@ async def test_a_head_and_its_body_leave_in_one_call() -> None:
     assert len(inner.calls) == 1
 
 
-async def test_a_write_nothing_follows_is_sent_at_the_end_of_the_turn_in_order() -> None:
+async def test_a_lone_write_is_sent_at_the_end_of_its_turn() -> None:
     inner = RecordingTransport()
     transport = TurnBufferedTransport(inner, asyncio.get_running_loop())
-    transport.write(b"event 1")
-    await _turn()
-    transport.writelines([b"event 2", b"event 3", b"event 4"])
+    transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     transport.write(b"")  # nothing to send: no call
-    assert inner.calls == [("write", b"event 1"), ("writelines", b"event 2|event 3")]
+    assert inner.calls == []
     await _turn()
+    assert inner.calls == [("write", b"HTTP/1.1 100 Continue\r\n\r\n")]
+
+
+async def test_a_stream_s_later_events_leave_together_at_the_end_of_the_turn_in_order() -> None:
+    inner = RecordingTransport()
+    transport = TurnBufferedTransport(inner, asyncio.get_running_loop())
+    transport.write(b"head")
+    transport.write(b"event 1")
+    assert inner.calls == [("writelines", b"head|event 1")]  # the first event is not held back
+    transport.writelines([b"event 2", b"event 3"])
+    transport.write(b"event 4")
+    assert len(inner.calls) == 1
+    assert transport.get_write_buffer_size() == 7 + 21
+    await _turn()
+    assert inner.calls[1:] == [("writelines", b"event 2|event 3|event 4")]
     transport.write(b"event 5")
     await _turn()
     await _turn()
-    assert inner.calls == [
-        ("write", b"event 1"),
-        ("writelines", b"event 2|event 3"),
-        ("write", b"event 4"),
-        ("write", b"event 5"),
-    ]
+    assert inner.calls[2:] == [("write", b"event 5")]
+
+
+async def test_gathered_writes_leave_at_once_when_they_reach_the_cap() -> None:
+    inner = RecordingTransport()
+    transport = TurnBufferedTransport(inner, asyncio.get_running_loop())
+    transport.write(b"head")
+    transport.write(b"event 1")
+    piece = b"x" * (GATHER_MAX // 4)
+    for _ in range(4):
+        transport.write(piece)
+    assert inner.calls[1:] == [("writelines", b"|".join([piece] * 4))]  # within the turn
+    transport.write(b"after")
+    await _turn()
+    assert inner.calls[2:] == [("write", b"after")]
+
+
+async def test_a_finished_response_leaves_at_once_and_the_next_pairs_its_head_and_body() -> None:
+    inner = RecordingTransport()
+    transport = TurnBufferedTransport(inner, asyncio.get_running_loop())
+    transport.writelines([b"head 1", b"event 1", b"[DONE]", b"0"])
+    transport.response_done()
+    assert inner.calls == [("writelines", b"head 1|event 1"), ("writelines", b"[DONE]|0")]
+    transport.write(b"head 2")
+    transport.write(b"body 2")
+    assert inner.calls[2:] == [("writelines", b"head 2|body 2")]
+    await _turn()
+    assert len(inner.calls) == 3
 
 
 async def test_close_sends_what_is_held_first_and_abort_drops_it() -> None:
