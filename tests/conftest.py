@@ -65,6 +65,9 @@ def gateway(upstream_sim: RunningSimulator, paced_sim: RunningSimulator) -> Iter
             "impatient": openai_upstream(sim.openai_base_url(0), timeouts={"first_byte_s": 0.5}),
             "paced": openai_upstream(paced_sim.openai_base_url(0)),
             "misconfigured": {**openai_upstream(sim.openai_base_url(0)), "api_key": "not-the-upstream-key"},
+            # Tests that make an upstream answer badly use this one, so the circuit they may open
+            # is never the one other tests count on being closed.
+            "faulty": openai_upstream(sim.openai_base_url(0)),
         },
         models={
             "chat": [{"upstream": "local", "model": "sim-model"}],
@@ -81,6 +84,7 @@ def gateway(upstream_sim: RunningSimulator, paced_sim: RunningSimulator) -> Iter
             "impatient": [{"upstream": "impatient", "model": "sim-model"}],
             "paced": [{"upstream": "paced", "model": "sim-model"}],
             "misconfigured": [{"upstream": "misconfigured", "model": "sim-model"}],
+            "faulty": [{"upstream": "faulty", "model": "sim-model"}],
         },
         server={"max_body_bytes": MAX_BODY_BYTES},
     )

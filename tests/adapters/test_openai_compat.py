@@ -98,6 +98,6 @@ def test_unusable_answers_before_any_chunk(
     status: int,
     code: str,
 ) -> None:
-    body = {"model": "chat", "messages": HELLO, "stream": stream, "x_sim": {"fault": fault}}
+    body = {"model": "faulty", "messages": HELLO, "stream": stream, "x_sim": {"fault": fault}}
     error = openai_error(http.post("/v1/chat/completions", json=body), status)
     assert error["code"] == code

@@ -185,6 +185,7 @@ def test_readyz_reports_each_upstream(gateway: RunningGateway, upstream: Running
         "impatient": "up",
         "paced": "up",
         "misconfigured": "up",
+        "faulty": "up",
     }
     # Each replica by its index (never its address): the answer now, and what the pool knows.
     assert set(report["replicas"]) == set(report["upstreams"])
