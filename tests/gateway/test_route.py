@@ -12,7 +12,17 @@ from simulator import RunningSimulator
 from tests.harness import HELLO, chat_body, openai_error, recorded
 from tests.servers import OTHER_TENANT_KEY, RunningGateway
 
-ALL_ALIASES = ["chat", "embed", "failover", "dead", "dead-first", "impatient", "paced", "misconfigured", "faulty"]
+ALL_ALIASES = [
+    "chat",
+    "embed",
+    "failover",
+    "dead",
+    "dead-first",
+    "impatient",
+    "paced",
+    "misconfigured",
+    "faulty",
+]
 
 
 @pytest.fixture(scope="module")
