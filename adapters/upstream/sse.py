@@ -37,22 +37,36 @@ async def open_event_stream(
     return response
 
 
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""An event (its data so far and its unfinished line) held at most: past it the stream is
+malformed, rather than a buffer that grows for as long as an upstream sends no newline."""
+
+
+class EventTooLarge(ValueError):
+    pass
+
+
 class SseEvents:
     """The `data` of each event in a body fed in blocks of any size (a block may end anywhere,
     mid-line included); multi-line data joined; other fields and comments skipped."""
 
-    __slots__ = ("_data", "_rest")
+    __slots__ = ("_data", "_held", "_max", "_rest")
 
-    def __init__(self) -> None:
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._data: list[bytes] = []  # the data lines of the event in progress
         self._rest = b""  # an unfinished line
+        self._held = 0  # bytes of the event in progress's data lines
+        self._max = max_event_bytes
 
     def feed(self, block: bytes) -> list[bytes]:
         if self._rest:
             block = self._rest + block
         lines = block.split(b"\n")
         self._rest = lines.pop()
-        return self._events(lines)
+        events = self._events(lines)
+        if self._held + len(self._rest) > self._max:
+            raise EventTooLarge(f"an event longer than {self._max} bytes")
+        return events
 
     def end(self) -> list[bytes]:
         """What the body's end completes: its last line, its last event without a blank line."""
@@ -61,21 +75,26 @@ class SseEvents:
         if self._data:
             events.append(b"\n".join(self._data))
             self._data = []
+            self._held = 0
         return events
 
     def _events(self, lines: list[bytes]) -> list[bytes]:
         events: list[bytes] = []
         data = self._data
+        held = self._held
         for raw_line in lines:
             line = raw_line.rstrip(b"\r")
             if not line:
                 if data:
                     events.append(data[0] if len(data) == 1 else b"\n".join(data))
                     data = []
+                    held = 0
             elif line.startswith(b"data:"):
                 value = line[5:]
                 data.append(value[1:] if value.startswith(b" ") else value)
+                held += len(value)
         self._data = data
+        self._held = held
         return events
 
 
@@ -109,15 +128,22 @@ class SseChunkStream:
 
     async def _chunks(self) -> AsyncIterator[Chunk]:
         batches = sse_batches(self._response.blocks())
-        async for batch in batches:
-            for payload in batch:
-                if payload == b"[DONE]":
-                    async for _ in batches:  # read to the end so the connection can be reused
-                        pass
-                    return
-                chunk = self._chunk(payload)
-                if chunk is not None:
-                    yield chunk
+        try:
+            async for batch in batches:
+                for payload in batch:
+                    if payload == b"[DONE]":
+                        async for _ in batches:  # read to the end so the connection can be reused
+                            pass
+                        return
+                    chunk = self._chunk(payload)
+                    if chunk is not None:
+                        yield chunk
+        except EventTooLarge:
+            raise UpstreamError(
+                f"Upstream {self._upstream!r} sent a stream event too large to hold.",
+                code="upstream_malformed_chunk",
+                upstream=self._upstream,
+            ) from None
         if not self._finished:
             raise UpstreamError(
                 f"Upstream {self._upstream!r} ended the stream before completing it.",

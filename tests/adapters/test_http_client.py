@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -10,6 +11,8 @@ import pytest
 from aiohttp import web
 
 from adapters.upstream.http_client import HttpClient
+from adapters.upstream.sse import SseChunkStream
+from gateway.errors import UpstreamError
 
 
 @asynccontextmanager
@@ -93,3 +96,34 @@ async def test_bodies_up_to_the_gateways_limit_are_sent_whole_without_warnings(
     finally:
         await client.aclose()
     assert received == [body, body]  # warnings are errors here: aiohttp's large-body warning would fail this
+
+
+async def test_a_stream_event_that_never_ends_is_a_malformed_chunk_not_a_growing_buffer() -> None:
+    """An upstream that sends data with no newline: the stream fails once the event passes
+    its bound, as a malformed chunk (a 502 for the client), before the upstream has finished."""
+    sent: list[int] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        block = b"x" * (1024 * 1024)
+        with contextlib.suppress(ConnectionError):
+            await response.write(b"data: ")
+            for _ in range(64):  # 64 MiB, four times the bound
+                await response.write(block)
+                sent.append(len(block))
+        return response
+
+    async with serving(web.Application(), answer) as port:
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        client = HttpClient("endless", max_connections=4, connect_timeout=2.0)
+        try:
+            stream = await client.open_stream(url, b"{}", {"content-type": "application/json"}, 30.0, 30.0)
+            with pytest.raises(UpstreamError) as raised:
+                async for _ in SseChunkStream(stream, "endless"):
+                    pass
+            stream.close()
+        finally:
+            await client.aclose()
+    assert raised.value.code == "upstream_malformed_chunk"
+    assert sum(sent) < 64 * 1024 * 1024  # it stopped reading: the upstream could not send it all

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters.upstream.sse import SseEvents, sse_batches
+from adapters.upstream.sse import EventTooLarge, SseEvents, sse_batches
 
 
 async def _blocks(*blocks: bytes) -> AsyncIterator[bytes]:
@@ -61,3 +61,15 @@ async def test_blocks_may_end_anywhere(newline: bytes) -> None:
 async def test_the_events_one_block_completes_come_together() -> None:
     batches = sse_batches(_blocks(b"data: 1\n\ndata: 2\n\ndata: 3", b"\n\ndata: 4\n\n"))
     assert [batch async for batch in batches] == [[b"1", b"2"], [b"3", b"4"]]
+
+
+def test_an_event_is_held_only_up_to_its_bound() -> None:
+    parser = SseEvents(max_event_bytes=64)
+    assert parser.feed(b"data: " + b"x" * 50 + b"\n\n") == [b"x" * 50]  # an event ends: its bytes go
+    with pytest.raises(EventTooLarge):
+        for _ in range(10):
+            parser.feed(b"y" * 10)  # a line that never ends
+    parser = SseEvents(max_event_bytes=64)
+    with pytest.raises(EventTooLarge):
+        for _ in range(10):
+            parser.feed(b"data: " + b"z" * 10 + b"\n")  # data lines of one event that never ends
