@@ -19,10 +19,10 @@ from typing import Any
 import orjson
 
 from gateway.doors.chunks import MoreReader, more_arguments, more_text
-from gateway.doors.messages import MessagesState, error_body, error_kind, stop_reason
+from gateway.doors.messages import MessagesState, error_body, error_kind, stop_reason, usage
 from gateway.doors.sse import named_event
 from gateway.errors import GatewayError
-from gateway.exchange import Exchange, Usage
+from gateway.exchange import Exchange
 from gateway.ports import Chunk
 
 _PING = named_event("ping", {"type": "ping"})
@@ -40,9 +40,6 @@ _MESSAGE_DELTA = (
     b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":%s,"stop_sequence":%s},'
     b'"usage":%s}\n\n'
 )
-_USAGE = (  # `usage()`'s shape
-    b'{"input_tokens":%d,"output_tokens":%d,"cache_read_input_tokens":%d,"cache_creation_input_tokens":0}'
-)
 _MESSAGE_STOP = named_event("message_stop", {"type": "message_stop"})
 _FAST: dict[str, MoreReader] = {"text": more_text, "tool_use": more_arguments}  # what a fast chunk may add
 _DELTA_TAIL = b"}}\n\n"
@@ -51,12 +48,6 @@ _DELTAS = {  # a block's delta type and its text's field
     "thinking": (b"thinking_delta", b"thinking"),
     "tool_use": (b"input_json_delta", b"partial_json"),
 }
-
-
-def _usage(counted: Usage) -> bytes:
-    """`usage(counted)`, encoded."""
-    cached = min(counted.cached_tokens, counted.prompt_tokens)
-    return _USAGE % (counted.prompt_tokens - cached, counted.completion_tokens, cached)
 
 
 class MessagesStream:
@@ -108,7 +99,7 @@ class MessagesStream:
         out: list[bytes] = [] if self._started else [self._start()]
         self._close(out)
         reason, sequence = stop_reason(self._finish, self._state)
-        counted = _usage(self._exchange.usage)
+        counted = orjson.dumps(usage(self._exchange.usage))
         out.append(_MESSAGE_DELTA % (orjson.dumps(reason), orjson.dumps(sequence), counted))
         out.append(_MESSAGE_STOP)
         return b"".join(out)

@@ -38,7 +38,7 @@ from gateway.doors.responses import (
     usage,
 )
 from gateway.errors import GatewayError
-from gateway.exchange import Exchange, Usage
+from gateway.exchange import Exchange
 from gateway.ports import Chunk
 
 _FAST: dict[str, MoreReader] = {
@@ -61,12 +61,6 @@ _MESSAGE = b'{"type":"message","id":"%s","role":"assistant","status":"completed"
 _TEXT_DONE = b'{"item_id":"%s","output_index":%d,"content_index":0,"text":%s,"logprobs":[]}'
 _PART_DONE = b'{"item_id":"%s","output_index":%d,"content_index":0,"part":%s}'
 _ITEM_DONE = b'{"output_index":%d,"item":%s}'
-# The response object's fields that never change (`response_object`'s, echo last), unbraced
-_SHELL = b'"id":%s,"object":"response","created_at":%d,"model":%s,%s'
-_USAGE = (  # `usage()`'s shape
-    b'{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d,"cache_write_tokens":0},'
-    b'"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":%d},"total_tokens":%d}'
-)
 _DELTA_EVENTS = {
     "message": "response.output_text.delta",
     "reasoning": "response.reasoning_text.delta",
@@ -102,12 +96,6 @@ _HEADS = {
         "response.completed",
     )
 }
-
-
-def _usage(counted: Usage) -> bytes:
-    """`usage(counted)`, encoded."""
-    prompt, completion = counted.prompt_tokens, counted.completion_tokens
-    return _USAGE % (prompt, counted.cached_tokens, completion, counted.reasoning_tokens, prompt + completion)
 
 
 class ResponsesStream:
@@ -153,8 +141,7 @@ class ResponsesStream:
                 sequence = self._sequence
                 self._sequence = sequence + 1
                 self._text.append(more)
-                tail = _TAILS[sequence] if sequence < _TAILED else _tail(sequence)
-                return self._delta_head + orjson.dumps(more) + tail
+                return self._delta_head + orjson.dumps(more) + _tail(sequence)
         if not self._started:
             self._start()
         for choice in choices or ():
@@ -188,7 +175,8 @@ class ResponsesStream:
                 self._emit(kind, {"response": final})
                 return self._flush()
         incomplete = b'{"reason":"%s"}' % reason.encode() if reason else b"null"
-        self._emit_encoded(kind, self._response(status, incomplete, _usage(self._exchange.usage), b"null"))
+        counted = orjson.dumps(usage(self._exchange.usage))
+        self._emit_encoded(kind, self._response(status, incomplete, counted, b"null"))
         return self._flush()
 
     def error(self, error: GatewayError) -> bytes:
@@ -232,12 +220,14 @@ class ResponsesStream:
     def _start(self) -> None:
         self._started = True
         state = self._state
-        self._shell = _SHELL % (
-            orjson.dumps(state.response_id),
-            state.created_at,
-            orjson.dumps(self._exchange.model_alias),
-            orjson.dumps(state.echo)[1:-1],
-        )
+        invariant = {
+            "id": state.response_id,
+            "object": "response",
+            "created_at": state.created_at,
+            "model": self._exchange.model_alias,
+            **state.echo,
+        }
+        self._shell = orjson.dumps(invariant)[1:-1]
         begun = _BEGUN + self._shell + b"}}"
         self._emit_encoded("response.created", begun)
         self._emit_encoded("response.in_progress", begun)
