@@ -472,7 +472,7 @@ def _check_policy(config: GatewayConfig) -> None:
         return
     import asyncio
 
-    from adapters.policy.check import check_in_child
+    from adapters.policy.check_cache import CheckCache, check_with_cache
     from adapters.policy.reload import publish_checked
     from adapters.policy.shared_revisions import SharedRevisions
     from adapters.policy.source import PolicyLoadError, read_policy_dir
@@ -481,7 +481,8 @@ def _check_policy(config: GatewayConfig) -> None:
         source = read_policy_dir(config.policy.dir)
     except PolicyLoadError as exc:
         raise ConfigError(f"policy: {exc}") from None
-    report = asyncio.run(check_in_child(source, config.policy.entrypoint))
+    cache = CheckCache.for_config(config.policy)
+    report = asyncio.run(check_with_cache(source, config.policy.entrypoint, cache))
     if not report.ok:
         raise ConfigError(f"policy: {config.policy.dir}: the policy is refused: {report.error}")
     # Checked once here: the workers load what is announced rather than each compile it.

@@ -33,6 +33,10 @@ METRICS_DIR_ENV = "TOLLGATE_METRICS_DIR"
 """Directory where the workers of one server share their metrics (see telemetry/worker_snapshots.py).
 Set by `tollgate serve` to a fresh directory; unset, each worker's /metrics shows its own figures."""
 
+CACHE_DIR_ENV = "TOLLGATE_CACHE_DIR"
+"""Directory of this user's cache (passed policy checks, see docs/policies.md). Unset: the
+XDG cache directory, `$XDG_CACHE_HOME/tollgate`, else `~/.cache/tollgate`."""
+
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -413,6 +417,8 @@ class PolicyConfig(_Strict):
     # rego: threads left finishing an evaluation that timed out, beyond eval_threads (docs/policies.md)
     eval_abandoned_max: int = Field(4, ge=0, le=256)
     eval_queue_max: int = Field(256, ge=1)  # rego: evaluations waiting for a thread; past it, 503 at once
+    # rego: a revision whose check passed is not checked again (the per-user cache, docs/policies.md)
+    check_cache: bool = True
 
     @model_validator(mode="after")
     def _opa_target(self) -> PolicyConfig:
@@ -669,6 +675,15 @@ def load_keys_file(path: Path) -> list[KeyConfig]:
 
 def config_path_from_env() -> str:
     return os.environ.get(CONFIG_ENV, DEFAULT_CONFIG_PATH)
+
+
+def cache_dir_from_env() -> Path:
+    given = os.environ.get(CACHE_DIR_ENV)
+    if given:
+        return Path(given)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "tollgate"
 
 
 def metrics_dir_from_env() -> Path | None:

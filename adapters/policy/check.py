@@ -31,6 +31,7 @@ class CheckReport:
     ok: bool
     error: str | None = None  # why the revision is refused
     tests: str = ""  # e.g. "24 passed, 0 failed"
+    cached: bool = False  # a passed check remembered from before (adapters.policy.check_cache), not run now
 
 
 def check_policy(source: PolicySource, entrypoint: str) -> CheckReport:

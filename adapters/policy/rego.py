@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from adapters.policy.check_cache import CheckCache
 from adapters.policy.compiled import CompiledRevision, Evaluation, Evaluator, compile_revision
 from adapters.policy.eval_pool import EvaluationPool
 from adapters.policy.reload import PolicyReloader, ReloadCounts
@@ -49,6 +50,7 @@ class RegoEngine:
             lambda: self._compiled,
             self._swap,
             config.reload_interval_s,
+            CheckCache.for_config(config),
         )
         self._watcher: asyncio.Task[None] | None = None
 

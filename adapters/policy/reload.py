@@ -20,7 +20,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from adapters.policy.check import CHECK_TIMEOUT_S, CheckReport, check_in_child
+from adapters.policy.check import CHECK_TIMEOUT_S, CheckReport
+from adapters.policy.check_cache import CheckCache, check_with_cache
 from adapters.policy.compiled import CompiledRevision, compile_revision
 from adapters.policy.shared_revisions import SharedRevisions, Verdict
 from adapters.policy.source import Fingerprint, PolicyLoadError, PolicySource, fingerprint, read_policy_dir
@@ -45,6 +46,7 @@ class PolicyReloader:
         current: Callable[[], CompiledRevision],
         apply: Callable[[CompiledRevision], None],
         interval_s: float,
+        cache: CheckCache | None = None,
     ) -> None:
         self._directory = directory
         self._entrypoint = entrypoint
@@ -52,6 +54,7 @@ class PolicyReloader:
         self._current = current
         self._apply = apply
         self._interval_s = interval_s
+        self._cache = cache
         self._seen: Fingerprint | None = None
         self.counts = ReloadCounts()
 
@@ -126,7 +129,7 @@ class PolicyReloader:
     async def _check(self, source: PolicySource) -> Verdict:
         self.counts.checked += 1
         started = time.monotonic()
-        report = await check_in_child(source, self._entrypoint)
+        report = await check_with_cache(source, self._entrypoint, self._cache)
         timed_out = not report.ok and time.monotonic() - started >= CHECK_TIMEOUT_S
         compiled: CompiledRevision | None = None
         if report.ok:
@@ -144,7 +147,13 @@ class PolicyReloader:
             await asyncio.to_thread(self._shared.record, verdict, compiled)
         logger.info(
             "policy revision checked",
-            extra={"revision": source.revision, "ok": verdict.ok, "tests": report.tests, "pid": os.getpid()},
+            extra={
+                "revision": source.revision,
+                "ok": verdict.ok,
+                "tests": report.tests,
+                "from_cache": report.cached,
+                "pid": os.getpid(),
+            },
         )
         return verdict
 
