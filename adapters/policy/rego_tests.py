@@ -2,7 +2,10 @@
 by the gateway before it accepts an edited policy.
 
 A test is a rule named `test_*` in a test module; it passes when it evaluates to true.
-All tests of a package are evaluated in one query, which compiles the modules once.
+The tests are compiled in small batches, one interpreter each, to bound the memory
+(adapters.policy.rego_test_batches); each batch's tests of a package are evaluated in one
+query. When batching cannot be shown to give the same results, or any batch fails, all
+tests are compiled together and evaluated in one query per package.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from regopy.rego_shared import rego_get_error
 
 from adapters.policy.compiled import add_source
 from adapters.policy.rego_checks import module_facts
+from adapters.policy.rego_test_batches import batches, source_for_batch
 from adapters.policy.rego_tokens import tokens
-from adapters.policy.source import PolicySource
+from adapters.policy.source import PolicyLoadError, PolicySource
 
 # What regopy says when a test uses `with input as {...}` on a rule that calls a builtin.
 _WITH_INPUT_SYMPTOMS = ("rego-with", "rego-localref", "rego-refhead")
@@ -59,17 +63,65 @@ def run_rego_tests(source: PolicySource) -> TestReport:
         tests_by_package.setdefault(facts.package, []).extend((name, module.path) for name in names)
     if not tests_by_package:
         return TestReport((), ())
+    names = list(dict.fromkeys(name for tests in tests_by_package.values() for name, _ in tests))
+    plan = batches(source, names)
+    if plan is not None and len(plan) > 1:
+        results = _run_in_batches(source, tests_by_package, plan, set(names))
+        if results is not None:
+            return _report(tests_by_package, results, [])
+    return _run_together(source, tests_by_package)
+
+
+def _run_together(source: PolicySource, tests_by_package: dict[str, list[tuple[str, str]]]) -> TestReport:
+    """All tests in one interpreter, one query per package."""
     interpreter = regopy.Interpreter()
     add_source(interpreter, source, tests=True)
-    outcomes: list[TestOutcome] = []
+    results: dict[str, dict[str, object]] = {}
     errors: list[str] = []
-    for package, tests in tests_by_package.items():
-        results, error = _evaluate_package(interpreter, package)
+    for package in tests_by_package:
+        results[package], error = _evaluate_package(interpreter, package)
         if error is not None:
             errors.append(f"{package}: {error}")
-        outcomes.extend(
-            TestOutcome(f"{package}.{name}", path, results.get(name) is True) for name, path in tests
-        )
+    return _report(tests_by_package, results, errors)
+
+
+def _run_in_batches(
+    source: PolicySource,
+    tests_by_package: dict[str, list[tuple[str, str]]],
+    plan: list[list[str]],
+    all_tests: set[str],
+) -> dict[str, dict[str, object]] | None:
+    """Each batch in an interpreter of its own (see rego_test_batches); None when any batch
+    fails to load or evaluate, for the tests to be run together and the error reported as such."""
+    results: dict[str, dict[str, object]] = {package: {} for package in tests_by_package}
+    for batch in plan:
+        members = set(batch)
+        interpreter = regopy.Interpreter()
+        try:
+            add_source(interpreter, source_for_batch(source, all_tests, batch), tests=True)
+        except PolicyLoadError:
+            return None
+        for package, tests in tests_by_package.items():
+            if not any(name in members for name, _ in tests):
+                continue
+            values, error = _evaluate_package(interpreter, package)
+            if error is not None:
+                return None
+            results[package].update((name, values.get(name)) for name, _ in tests if name in members)
+        del interpreter  # this batch's copies of the rules go before the next batch's are made
+    return results
+
+
+def _report(
+    tests_by_package: dict[str, list[tuple[str, str]]],
+    results: dict[str, dict[str, object]],
+    errors: list[str],
+) -> TestReport:
+    outcomes = [
+        TestOutcome(f"{package}.{name}", path, results.get(package, {}).get(name) is True)
+        for package, tests in tests_by_package.items()
+        for name, path in tests
+    ]
     return TestReport(tuple(outcomes), tuple(errors))
 
 
