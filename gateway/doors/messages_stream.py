@@ -17,6 +17,7 @@ import secrets
 from typing import Any
 
 import orjson
+from orjson import dumps
 
 from gateway.doors.chunks import MoreReader, more_arguments, more_text
 from gateway.doors.messages import MessagesState, error_body, error_kind, stop_reason, usage
@@ -75,20 +76,20 @@ class MessagesStream:
         self._fast: MoreReader | None = None  # reads what a chunk adds to the open block
 
     def chunk(self, chunk: Chunk) -> bytes:
-        choices = chunk.data.get("choices")
+        data = chunk.data
         fast = self._fast
-        if fast is not None and choices:
-            more = fast(choices, self._tool)
+        if fast is not None:
+            more = fast(data, self._tool)
             if more is not None:  # the common case: more text, or more arguments, for the open block
-                return self._delta_head + orjson.dumps(more) + _DELTA_TAIL
+                return self._delta_head + dumps(more) + _DELTA_TAIL
         out: list[bytes] = []
         if not self._started:
             out.append(self._start())
-        for choice in choices or ():
+        for choice in data.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta")
-            if isinstance(delta, dict):
+            if isinstance(delta, dict) and delta:
                 self._delta(delta, out)
             if isinstance(choice.get("finish_reason"), str):
                 self._close(out)
