@@ -106,13 +106,14 @@ def _head(kind: str) -> bytes:
     return b'event: %s\ndata: {"type":"%s","sequence_number":' % (name, name)
 
 
-_TAILED = 1024  # delta events whose end (the sequence number) is kept encoded
-_TAILS = tuple(b',"sequence_number":%d}\n\n' % sequence for sequence in range(_TAILED))
+class _Tails(dict[int, bytes]):
+    """A delta event's end, its sequence number: kept encoded for the first 1024 of a stream."""
+
+    def __missing__(self, sequence: int) -> bytes:
+        return b',"sequence_number":%d}\n\n' % sequence
 
 
-def _tail(sequence: int) -> bytes:
-    """A delta event's end: its sequence number."""
-    return _TAILS[sequence] if sequence < _TAILED else b',"sequence_number":%d}\n\n' % sequence
+_TAILS = _Tails((sequence, b',"sequence_number":%d}\n\n' % sequence) for sequence in range(1024))
 
 
 _HEADS = {
@@ -170,11 +171,7 @@ class ResponsesStream:
                 sequence = self._sequence
                 self._sequence = sequence + 1
                 self._text.append(more)
-                return (
-                    self._delta_head
-                    + dumps(more)
-                    + (_TAILS[sequence] if sequence < _TAILED else _tail(sequence))
-                )
+                return self._delta_head + dumps(more) + _TAILS[sequence]
         if not self._started:
             self._start()
         for choice in data.get("choices") or ():
@@ -283,7 +280,7 @@ class ResponsesStream:
 
     def _text_delta(self, text: str) -> None:
         """The open item's delta event, its fixed part encoded once per item."""
-        self._out.append(self._delta_head + dumps(text) + _tail(self._sequence))
+        self._out.append(self._delta_head + dumps(text) + _TAILS[self._sequence])
         self._sequence += 1
         self._text.append(text)
 
