@@ -1,50 +1,50 @@
 """Reading guarded chat chunks in a door's stream encoder.
 
 Most chunks of a stream only add to the block a door has open: more "content" text, or more
-"arguments" of the tool call it is writing. `more_text` and `more_arguments` read those, and
-return None for anything else (another field, a new call, a finish, several choices), which
-the caller then reads in full. They are the encoders' fast path, run for nearly every chunk."""
+"arguments" of the tool call it is writing. `more_text` and `more_arguments` read those from
+a chunk's data, and return None for anything else (another field, a new call, a finish,
+several choices), which the caller then reads in full. They are the encoders' fast path, run
+for nearly every chunk, so they index and unpack the shape they expect and let a chunk of
+any other shape fail the look-up (KeyError, TypeError, ValueError) rather than test each
+level's type first: a reply's text chunks never raise.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-# What a chunk adds to the open block, or None: (choices, the open call's chat index)
-MoreReader = Callable[[list[Any], Any], "str | None"]
+# What a chunk adds to the open block, or None: (the chunk's data, the open call's chat index)
+MoreReader = Callable[[dict[str, Any], Any], "str | None"]
+_OTHER_SHAPE = (KeyError, TypeError, ValueError)
 
 
-def more_text(choices: list[Any], call_index: Any = None) -> str | None:
-    """The text a chunk adds when it is `{"delta": {"content": "..."}}` and nothing else."""
-    delta = _lone_delta(choices)
-    if delta is None:
-        return None
-    value = delta.get("content")
-    return value if value.__class__ is str and value else None
+def more_text(data: dict[str, Any], call_index: Any = None) -> str | None:
+    """The text a chunk adds when its only choice is `{"delta": {"content": "..."}}` and nothing else."""
+    try:
+        (choice,) = data["choices"]
+        delta = choice["delta"]
+        if len(delta) == 1 and choice.get("finish_reason") is None and not choice.get("index"):
+            value = delta["content"]
+            if value.__class__ is str and value:
+                return value
+    except _OTHER_SHAPE:
+        pass
+    return None
 
 
-def more_arguments(choices: list[Any], call_index: Any) -> str | None:
+def more_arguments(data: dict[str, Any], call_index: Any) -> str | None:
     """The arguments a chunk adds to the call at `call_index`, when that is all it does."""
-    delta = _lone_delta(choices)
-    if delta is None:
-        return None
-    calls = delta.get("tool_calls")
-    if calls.__class__ is not list or len(calls) != 1 or calls[0].__class__ is not dict:
-        return None
-    call = calls[0]
-    function = call.get("function")
-    if call.get("index", 0) != call_index or call.get("id") or function.__class__ is not dict:
-        return None
-    value = function.get("arguments") if len(function) == 1 else None
-    return value if value.__class__ is str and value else None
-
-
-def _lone_delta(choices: list[Any]) -> dict[str, Any] | None:
-    """The delta of a chunk's only choice when it has one field and the choice nothing else."""
-    if len(choices) != 1:
-        return None
-    choice = choices[0]
-    if choice.__class__ is not dict or choice.get("finish_reason") is not None or choice.get("index"):
-        return None
-    delta = choice.get("delta")
-    return delta if delta.__class__ is dict and len(delta) == 1 else None
+    try:
+        (choice,) = data["choices"]
+        delta = choice["delta"]
+        if len(delta) == 1 and choice.get("finish_reason") is None and not choice.get("index"):
+            (call,) = delta["tool_calls"]
+            function = call["function"]
+            if len(function) == 1 and call.get("index", 0) == call_index and not call.get("id"):
+                value = function["arguments"]
+                if value.__class__ is str and value:
+                    return value
+    except _OTHER_SHAPE:
+        pass
+    return None

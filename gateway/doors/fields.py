@@ -69,6 +69,8 @@ def boolean(value: Any, param: str) -> bool:
 
 
 def copy_extensions(body: dict[str, Any], into: dict[str, Any]) -> None:
+    if "\n" + EXTENSION_PREFIX not in "\n" + "\n".join(body):  # most bodies: none, found in one scan
+        return
     for name, value in body.items():
         if name.startswith(EXTENSION_PREFIX):
             into[name] = value

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from gateway.doors.base import StreamEncoder
-from gateway.doors.messages_request import chat_body, thinking_effort
+from gateway.doors.messages_request import chat_body
 from gateway.errors import GatewayError, UpstreamUnavailable
 from gateway.exchange import Endpoint, Exchange, Usage
 
@@ -64,7 +64,7 @@ class MessagesDoor:
         chat = chat_body(body)
         exchange.door_state = MessagesState(
             message_id=exchange.job_id or f"msg_{secrets.token_hex(12)}",
-            thinking=thinking_effort(body.get("thinking")) is not None,
+            thinking="reasoning_effort" in chat,  # set from `thinking` alone, when it is on
             stop_sequences=tuple(chat.get("stop", ())),
         )
         return chat

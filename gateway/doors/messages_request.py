@@ -57,12 +57,13 @@ def chat_body(body: dict[str, Any], *, for_count: bool = False) -> dict[str, Any
             raise missing("max_tokens")
         out["max_tokens"] = positive_int(body["max_tokens"], "max_tokens")
     messages = _system(body.get("system"))
+    system = len(messages)
     raw = body.get("messages")
     if raw is None:
         raise missing("messages")
     for index, message in enumerate(array(raw, "messages")):
-        messages.extend(_message(message, f"messages[{index}]"))
-    if not any(m["role"] != "system" for m in messages):
+        messages.extend(_message(message, index))
+    if len(messages) == system:  # the messages' own translation is never a system message
         raise invalid("messages", "must hold at least one message")
     out["messages"] = messages
     _tools(body, out)
@@ -129,18 +130,20 @@ def _text_block(block: Any, param: str) -> str:
     return text(block.get("text"), f"{param}.text")
 
 
-def _message(message: Any, param: str) -> list[dict[str, Any]]:
-    message = obj(message, param)
+def _message(message: Any, index: int) -> list[dict[str, Any]]:
+    if not isinstance(message, dict):
+        raise invalid(f"messages[{index}]", "must be an object")
     role = message.get("role")
+    content = message.get("content")
+    if role in _ROLES and isinstance(content, str):  # the common short form: no names to format
+        return [{"role": role, "content": content}]
+    param = f"messages[{index}]"
     if role is None:
         raise missing(f"{param}.role")
     if role not in _ROLES:
         raise invalid(f"{param}.role", "must be user or assistant")
-    content = message.get("content")
     if content is None:
         raise missing(f"{param}.content")
-    if isinstance(content, str):
-        return [{"role": role, "content": content}]
     blocks = array(content, f"{param}.content")
     return _user(blocks, param) if role == "user" else [_assistant(blocks, param)]
 
@@ -241,17 +244,14 @@ def _tools(body: dict[str, Any], out: dict[str, Any]) -> None:
     if tools is not None:
         functions: list[dict[str, Any]] = []
         server: list[str] = []
-        for index, raw in enumerate(array(tools, "tools")):
-            tool = obj(raw, f"tools[{index}]")
+        for index, tool in enumerate(array(tools, "tools")):
+            if not isinstance(tool, dict):
+                raise invalid(f"tools[{index}]", "must be an object")
             kind = tool.get("type")
             if kind not in (None, "custom"):
                 server.append(str(kind))
                 continue
-            function: dict[str, Any] = {"name": text(tool.get("name"), f"tools[{index}].name")}
-            if tool.get("description") is not None:
-                function["description"] = text(tool["description"], f"tools[{index}].description")
-            function["parameters"] = obj(tool.get("input_schema"), f"tools[{index}].input_schema")
-            functions.append({"type": "function", "function": function})
+            functions.append({"type": "function", "function": _function(tool, index)})
         if server:
             raise unsupported(
                 "tools", f"Server tools ({', '.join(server)}; only custom tools can be offered)"
@@ -278,3 +278,21 @@ def _tools(body: dict[str, Any], out: dict[str, Any]) -> None:
     if "tools" not in out:  # nothing to choose from: the choice means nothing upstream
         out.pop("tool_choice", None)
         out.pop("parallel_tool_calls", None)
+
+
+def _function(tool: dict[str, Any], index: int) -> dict[str, Any]:
+    """A custom tool as chat's `function`; its fields' names are formatted only for an error."""
+    name = tool.get("name")
+    if not isinstance(name, str):
+        name = text(name, f"tools[{index}].name")  # raises: missing, or not a string
+    function: dict[str, Any] = {"name": name}
+    description = tool.get("description")
+    if description is not None:
+        if not isinstance(description, str):
+            raise invalid(f"tools[{index}].description", "must be a string")
+        function["description"] = description
+    schema = tool.get("input_schema")
+    if not isinstance(schema, dict):
+        raise invalid(f"tools[{index}].input_schema", "must be an object")
+    function["parameters"] = schema
+    return function

@@ -17,6 +17,7 @@ import secrets
 from typing import Any
 
 import orjson
+from orjson import dumps
 
 from gateway.doors.chunks import MoreReader, more_arguments, more_text
 from gateway.doors.messages import MessagesState, error_body, error_kind, stop_reason, usage
@@ -31,10 +32,12 @@ _MESSAGE_START = (
     b'"role":"assistant","model":%s,"content":[],"stop_reason":null,"stop_sequence":null,'
     b'"usage":{"input_tokens":0,"output_tokens":0}}}\n\n'
 )
-_TEXT_START = (
-    b'event: content_block_start\ndata: {"type":"content_block_start","index":%d,'
-    b'"content_block":{"type":"text","text":""}}\n\n'
-)
+_BLOCK_START = b'event: content_block_start\ndata: {"type":"content_block_start","index":%d,"content_block":'
+_STARTS = {  # a text or thinking block's start: (index)
+    "text": _BLOCK_START + b'{"type":"text","text":""}}\n\n',
+    "thinking": _BLOCK_START + b'{"type":"thinking","thinking":"","signature":""}}\n\n',
+}
+_TOOL_START = _BLOCK_START + b'{"type":"tool_use","id":%s,"name":%s,"input":{}}}\n\n'  # index, id, name
 _BLOCK_STOP = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":%d}\n\n'
 _MESSAGE_DELTA = (
     b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":%s,"stop_sequence":%s},'
@@ -43,10 +46,14 @@ _MESSAGE_DELTA = (
 _MESSAGE_STOP = named_event("message_stop", {"type": "message_stop"})
 _FAST: dict[str, MoreReader] = {"text": more_text, "tool_use": more_arguments}  # what a fast chunk may add
 _DELTA_TAIL = b"}}\n\n"
-_DELTAS = {  # a block's delta type and its text's field
-    "text": (b"text_delta", b"text"),
-    "thinking": (b"thinking_delta", b"thinking"),
-    "tool_use": (b"input_json_delta", b"partial_json"),
+_DELTA_HEADS = {  # a block's delta event up to its text: (index)
+    kind: b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%%d,'
+    b'"delta":{"type":"%s","%s":' % (delta_type, field)
+    for kind, delta_type, field in (
+        ("text", b"text_delta", b"text"),
+        ("thinking", b"thinking_delta", b"thinking"),
+        ("tool_use", b"input_json_delta", b"partial_json"),
+    )
 }
 
 
@@ -75,20 +82,20 @@ class MessagesStream:
         self._fast: MoreReader | None = None  # reads what a chunk adds to the open block
 
     def chunk(self, chunk: Chunk) -> bytes:
-        choices = chunk.data.get("choices")
+        data = chunk.data
         fast = self._fast
-        if fast is not None and choices:
-            more = fast(choices, self._tool)
+        if fast is not None:
+            more = fast(data, self._tool)
             if more is not None:  # the common case: more text, or more arguments, for the open block
-                return self._delta_head + orjson.dumps(more) + _DELTA_TAIL
+                return self._delta_head + dumps(more) + _DELTA_TAIL
         out: list[bytes] = []
         if not self._started:
             out.append(self._start())
-        for choice in choices or ():
+        for choice in data.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta")
-            if isinstance(delta, dict):
+            if isinstance(delta, dict) and delta:
                 self._delta(delta, out)
             if isinstance(choice.get("finish_reason"), str):
                 self._close(out)
@@ -117,13 +124,13 @@ class MessagesStream:
         if self._state.thinking:
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(reasoning, str) and reasoning:
-                self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""}, out)
-                out.append(self._delta_head + orjson.dumps(reasoning) + b"}}\n\n")
+                self._open("thinking", out)
+                out.append(self._delta_head + dumps(reasoning) + _DELTA_TAIL)
         for field in ("content", "refusal"):
             text = delta.get(field)
             if isinstance(text, str) and text:
-                self._open("text", None, out)
-                out.append(self._delta_head + orjson.dumps(text) + b"}}\n\n")
+                self._open("text", out)
+                out.append(self._delta_head + dumps(text) + _DELTA_TAIL)
         for call in delta.get("tool_calls") or ():
             if isinstance(call, dict):
                 self._call(call, out)
@@ -135,38 +142,26 @@ class MessagesStream:
         if self._block != "tool_use" or index != self._tool:
             self._close(out)
             self._tool = index
-            block: dict[str, Any] = {
-                "type": "tool_use",
-                "id": call.get("id") or f"toolu_{secrets.token_hex(12)}",
-                "name": function.get("name") or "",
-                "input": {},
-            }
-            self._open("tool_use", block, out)
+            tool_id = call.get("id") or f"toolu_{secrets.token_hex(12)}"
+            self._open("tool_use", out, (tool_id, function.get("name") or ""))
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
-            out.append(self._delta_head + orjson.dumps(arguments) + b"}}\n\n")
+            out.append(self._delta_head + dumps(arguments) + _DELTA_TAIL)
 
-    def _open(self, kind: str, block: dict[str, Any] | None, out: list[bytes]) -> None:
-        """Opens a block (`block` None: a text block, whose start is a template)."""
+    def _open(self, kind: str, out: list[bytes], tool: tuple[Any, Any] | None = None) -> None:
+        """Opens a block (a tool_use block: `tool` is its id and name)."""
         if self._block == kind and kind != "tool_use":
             return
         if self._block is not None and kind != "tool_use":
             self._close(out)
         self._block = kind
         self._fast = _FAST.get(kind)
-        delta_type, field = _DELTAS[kind]
-        self._delta_head = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,' % (
-            self._next
-        ) + b'"delta":{"type":"%s","%s":' % (delta_type, field)
-        if block is None:
-            out.append(_TEXT_START % self._next)
-            return
-        out.append(
-            named_event(
-                "content_block_start",
-                {"type": "content_block_start", "index": self._next, "content_block": block},
-            )
-        )
+        index = self._next
+        self._delta_head = _DELTA_HEADS[kind] % index
+        if tool is None:
+            out.append(_STARTS[kind] % index)
+        else:
+            out.append(_TOOL_START % (index, dumps(tool[0]), dumps(tool[1])))
 
     def _close(self, out: list[bytes]) -> None:
         if self._block is None:

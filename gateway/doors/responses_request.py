@@ -196,20 +196,14 @@ def _tools(body: dict[str, Any], out: dict[str, Any]) -> None:
     if tools is not None:
         functions: list[dict[str, Any]] = []
         builtin: list[str] = []
-        for index, raw in enumerate(array(tools, "tools")):
-            tool = obj(raw, f"tools[{index}]")
+        for index, tool in enumerate(array(tools, "tools")):
+            if not isinstance(tool, dict):
+                raise invalid(f"tools[{index}]", "must be an object")
             kind = tool.get("type")
             if kind != "function":
                 builtin.append(str(kind))
                 continue
-            function: dict[str, Any] = {"name": text(tool.get("name"), f"tools[{index}].name")}
-            if tool.get("description") is not None:
-                function["description"] = text(tool["description"], f"tools[{index}].description")
-            if tool.get("parameters") is not None:
-                function["parameters"] = obj(tool["parameters"], f"tools[{index}].parameters")
-            if tool.get("strict") is not None:
-                function["strict"] = boolean(tool["strict"], f"tools[{index}].strict")
-            functions.append({"type": "function", "function": function})
+            functions.append({"type": "function", "function": _function(tool, index)})
         if builtin:
             raise unsupported(
                 "tools",
@@ -222,6 +216,30 @@ def _tools(body: dict[str, Any], out: dict[str, Any]) -> None:
         out["tool_choice"] = _choice(choice)
     if body.get("parallel_tool_calls") is not None and "tools" in out:
         out["parallel_tool_calls"] = boolean(body["parallel_tool_calls"], "parallel_tool_calls")
+
+
+def _function(tool: dict[str, Any], index: int) -> dict[str, Any]:
+    """A function tool as chat's `function`; its fields' names are formatted only for an error."""
+    name = tool.get("name")
+    if not isinstance(name, str):
+        name = text(name, f"tools[{index}].name")  # raises: missing, or not a string
+    function: dict[str, Any] = {"name": name}
+    description = tool.get("description")
+    if description is not None:
+        if not isinstance(description, str):
+            raise invalid(f"tools[{index}].description", "must be a string")
+        function["description"] = description
+    parameters = tool.get("parameters")
+    if parameters is not None:
+        if not isinstance(parameters, dict):
+            raise invalid(f"tools[{index}].parameters", "must be an object")
+        function["parameters"] = parameters
+    strict = tool.get("strict")
+    if strict is not None:
+        if not isinstance(strict, bool):
+            raise invalid(f"tools[{index}].strict", "must be a boolean")
+        function["strict"] = strict
+    return function
 
 
 def _choice(choice: Any) -> Any:

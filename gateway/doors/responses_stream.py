@@ -16,8 +16,10 @@ the choice finishes. Only the first choice is translated (the door never asks fo
 Encoding is kept to the bytes that change: the response object's invariant fields (id, model,
 the echoed request fields, tools and instructions among them) are serialised once per stream
 and spliced into `response.created`, `.in_progress` and `.completed`; a message item's events
-are byte templates around its id and its text, the text serialised once; each item is
-serialised once, and `response.completed`'s output is those bytes joined.
+and a function call's are byte templates around its ids, its name and its text (each
+serialised once), the events a step sends together written in one formatting; each item is
+serialised once, and `response.completed`'s output is those bytes joined. A chunk that only
+adds text or arguments to the open item (`chunks.py`) costs one read and one concatenation.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ import secrets
 from typing import Any
 
 import orjson
+from orjson import dumps
 
 from gateway.doors.chunks import MoreReader, more_arguments, more_text
 from gateway.doors.responses import (
     INCOMPLETE,
     ResponsesState,
-    call_item,
     reasoning_item,
     response_object,
     stored,
@@ -41,31 +43,61 @@ from gateway.errors import GatewayError
 from gateway.exchange import Exchange
 from gateway.ports import Chunk
 
+# Templates hold an event's fields after its sequence number (the event's `{"type": ...,
+# "sequence_number": N` comes first): each starts with the comma that follows N.
+_SHELL = b'"id":%s,"object":"response","created_at":%d,"model":%s'
+_BEGUN = (
+    b',"response":{"status":"in_progress","output":[],"incomplete_details":null,"usage":null,"error":null,'
+)
+_STARTED = (  # response.created and response.in_progress: (sequence, shell) each
+    b'event: response.created\ndata: {"type":"response.created","sequence_number":%d'
+    + _BEGUN
+    + b"%s}}\n\n"
+    + b'event: response.in_progress\ndata: {"type":"response.in_progress","sequence_number":%d'
+    + _BEGUN
+    + b"%s}}\n\n"
+)
+_MESSAGE_OPENED = (  # output_item.added and content_part.added: sequence, index, id; sequence, id, index
+    b'event: response.output_item.added\ndata: {"type":"response.output_item.added","sequence_number":%d,'
+    b'"output_index":%d,"item":{"type":"message","id":"%s","role":"assistant","status":"in_progress",'
+    b'"content":[]}}\n\n'
+    b'event: response.content_part.added\ndata: {"type":"response.content_part.added","sequence_number":%d,'
+    b'"item_id":"%s","output_index":%d,"content_index":0,'
+    b'"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]}}\n\n'
+)
+_TEXT_DELTA_HEAD = (
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"%s",'
+    b'"output_index":%d,"content_index":0,"logprobs":[],"delta":'
+)
+_PART = b'{"type":"output_text","text":%s,"annotations":[],"logprobs":[]}'
+_MESSAGE = b'{"type":"message","id":"%s","role":"assistant","status":"completed","content":[%s]}'
+_MESSAGE_CLOSED = (  # output_text.done and content_part.done: sequence, id, index, text / part
+    b'event: response.output_text.done\ndata: {"type":"response.output_text.done","sequence_number":%d,'
+    b'"item_id":"%s","output_index":%d,"content_index":0,"text":%s,"logprobs":[]}\n\n'
+    b'event: response.content_part.done\ndata: {"type":"response.content_part.done","sequence_number":%d,'
+    b'"item_id":"%s","output_index":%d,"content_index":0,"part":%s}\n\n'
+)
+# A function_call item (`responses.call_item`'s shape): id, call_id, name, arguments, status
+_CALL = b'{"type":"function_call","id":"%s","call_id":%s,"name":%s,"arguments":%s,"status":"%s"}'
+_CALL_DELTA_HEAD = (
+    b'event: response.function_call_arguments.delta\ndata: {"type":"response.function_call_arguments.delta",'
+    b'"item_id":"%s","output_index":%d,"delta":'
+)
+_ARGUMENTS_DONE = (  # sequence, id, index, name, arguments
+    b'event: response.function_call_arguments.done\ndata: {"type":"response.function_call_arguments.done",'
+    b'"sequence_number":%d,"item_id":"%s","output_index":%d,"name":%s,"arguments":%s}\n\n'
+)
+_ITEM_ADDED = b',"output_index":%d,"item":%s}'
+_ITEM_DONE = (  # sequence, index, item
+    b'event: response.output_item.done\ndata: {"type":"response.output_item.done","sequence_number":%d,'
+    b'"output_index":%d,"item":%s}\n\n'
+)
+_RESPONSE = b',"response":{"status":"%s","output":[%s],"incomplete_details":%s,"usage":%s,"error":%s,%s}}'
 _FAST: dict[str, MoreReader] = {
     "message": more_text,
     "function_call": more_arguments,
 }  # what a fast chunk may add
-_BEGUN = (
-    b'{"response":{"status":"in_progress","output":[],"incomplete_details":null,"usage":null,"error":null,'
-)
-_PART_ADDED = (
-    b'{"item_id":"%s","output_index":%d,"content_index":0,'
-    b'"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]}}'
-)
-_MESSAGE_ADDED = (
-    b'{"output_index":%d,"item":{"type":"message","id":"%s","role":"assistant",'
-    b'"status":"in_progress","content":[]}}'
-)
-_PART = b'{"type":"output_text","text":%s,"annotations":[],"logprobs":[]}'
-_MESSAGE = b'{"type":"message","id":"%s","role":"assistant","status":"completed","content":[%s]}'
-_TEXT_DONE = b'{"item_id":"%s","output_index":%d,"content_index":0,"text":%s,"logprobs":[]}'
-_PART_DONE = b'{"item_id":"%s","output_index":%d,"content_index":0,"part":%s}'
-_ITEM_DONE = b'{"output_index":%d,"item":%s}'
-_DELTA_EVENTS = {
-    "message": "response.output_text.delta",
-    "reasoning": "response.reasoning_text.delta",
-    "function_call": "response.function_call_arguments.delta",
-}
+_ID_PREFIXES = {"message": "msg", "reasoning": "rs", "function_call": "fc"}
 
 
 def _head(kind: str) -> bytes:
@@ -74,25 +106,21 @@ def _head(kind: str) -> bytes:
     return b'event: %s\ndata: {"type":"%s","sequence_number":' % (name, name)
 
 
-_TAILED = 1024  # delta events whose end (the sequence number) is kept encoded
-_TAILS = tuple(b',"sequence_number":%d}\n\n' % sequence for sequence in range(_TAILED))
+class _Tails(dict[int, bytes]):
+    """A delta event's end, its sequence number: kept encoded for the first 1024 of a stream."""
+
+    def __missing__(self, sequence: int) -> bytes:
+        return b',"sequence_number":%d}\n\n' % sequence
 
 
-def _tail(sequence: int) -> bytes:
-    """A delta event's end: its sequence number."""
-    return _TAILS[sequence] if sequence < _TAILED else b',"sequence_number":%d}\n\n' % sequence
+_TAILS = _Tails((sequence, b',"sequence_number":%d}\n\n' % sequence) for sequence in range(1024))
 
 
 _HEADS = {
     kind: _head(kind)
     for kind in (
-        "response.created",
-        "response.in_progress",
         "response.output_item.added",
-        "response.content_part.added",
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
+        "response.reasoning_text.done",
         "response.completed",
     )
 }
@@ -107,6 +135,7 @@ class ResponsesStream:
         "_fast",
         "_fast_index",
         "_finish",
+        "_ident",
         "_kind",
         "_out",
         "_sequence",
@@ -124,31 +153,32 @@ class ResponsesStream:
         self._shell = b""  # the response object's invariant fields, encoded, without braces
         self._encoded: list[bytes] = []  # finished output items, encoded
         self._kind: str | None = None  # the open item's type
+        self._ident = b""  # the open item's id
         self._fast: MoreReader | None = None  # reads what a chunk adds to the open item
         self._fast_index: Any = None  # the chat index of the open function call
         self._text: list[str] = []  # the open item's text or arguments so far
-        self._call: dict[str, Any] = {}  # the open function call: chat index, ids, name
+        self._call: dict[str, Any] = {}  # the open function call: chat index, call id, name
         self._finish: str | None = None
         self._out: list[bytes] = []
         self._delta_head = b""  # the open item's delta event, up to its delta
 
     def chunk(self, chunk: Chunk) -> bytes:
-        choices = chunk.data.get("choices")
+        data = chunk.data
         fast = self._fast
-        if fast is not None and choices:
-            more = fast(choices, self._fast_index)
+        if fast is not None:
+            more = fast(data, self._fast_index)
             if more is not None:  # the common case: more text, or more arguments, for the open item
                 sequence = self._sequence
                 self._sequence = sequence + 1
                 self._text.append(more)
-                return self._delta_head + orjson.dumps(more) + _tail(sequence)
+                return self._delta_head + dumps(more) + _TAILS[sequence]
         if not self._started:
             self._start()
-        for choice in choices or ():
+        for choice in data.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta")
-            if isinstance(delta, dict):
+            if isinstance(delta, dict) and delta:
                 self._delta(delta)
             finish = choice.get("finish_reason")
             if isinstance(finish, str):
@@ -175,39 +205,30 @@ class ResponsesStream:
                 self._emit(kind, {"response": final})
                 return self._flush()
         incomplete = b'{"reason":"%s"}' % reason.encode() if reason else b"null"
-        counted = orjson.dumps(usage(self._exchange.usage))
-        self._emit_encoded(kind, self._response(status, incomplete, counted, b"null"))
+        counted = dumps(usage(self._exchange.usage))
+        self._emit_fields(kind, self._response(status, incomplete, counted, b"null"))
         return self._flush()
 
     def error(self, error: GatewayError) -> bytes:
         """An `error` event, then `response.failed` with what was produced so far."""
         self._emit("error", {"code": error.code, "message": error.message, "param": error.param})
         if self._started:
-            failure = orjson.dumps({"code": error.code or "server_error", "message": error.message})
-            self._emit_encoded("response.failed", self._response("failed", b"null", b"null", failure))
+            failure = dumps({"code": error.code or "server_error", "message": error.message})
+            self._emit_fields("response.failed", self._response("failed", b"null", b"null", failure))
         return self._flush()
 
     def _response(self, status: str, incomplete: bytes, counted: bytes, error: bytes) -> bytes:
-        """`{"response": ...}` with the items so far, spliced into the invariant fields."""
-        return (
-            b'{"response":{"status":"%s","output":[%s],"incomplete_details":%s,"usage":%s,"error":%s,%s}}'
-            % (
-                status.encode(),
-                b",".join(self._encoded),
-                incomplete,
-                counted,
-                error,
-                self._shell,
-            )
-        )
+        """`,"response": ...}` with the items so far, spliced into the invariant fields."""
+        output = b",".join(self._encoded)
+        return _RESPONSE % (status.encode(), output, incomplete, counted, error, self._shell)
 
     def _emit(self, kind: str, data: dict[str, Any]) -> None:
-        self._emit_encoded(kind, orjson.dumps(data))
+        self._emit_fields(kind, b"," + dumps(data)[1:])
 
-    def _emit_encoded(self, kind: str, data: bytes) -> None:
-        """An event whose fields (a JSON object, not empty) are already encoded."""
+    def _emit_fields(self, kind: str, fields: bytes) -> None:
+        """An event whose fields after its sequence number (`,...}`) are already encoded."""
         head = _HEADS.get(kind) or _head(kind)
-        self._out.append(b"%s%d,%s\n\n" % (head, self._sequence, data[1:]))
+        self._out.append(b"%s%d%s\n\n" % (head, self._sequence, fields))
         self._sequence += 1
 
     def _flush(self) -> bytes:
@@ -220,17 +241,13 @@ class ResponsesStream:
     def _start(self) -> None:
         self._started = True
         state = self._state
-        invariant = {
-            "id": state.response_id,
-            "object": "response",
-            "created_at": state.created_at,
-            "model": self._exchange.model_alias,
-            **state.echo,
-        }
-        self._shell = orjson.dumps(invariant)[1:-1]
-        begun = _BEGUN + self._shell + b"}}"
-        self._emit_encoded("response.created", begun)
-        self._emit_encoded("response.in_progress", begun)
+        # {"id", "object", "created_at", "model", then the echoed fields}, without the braces
+        shell = _SHELL % (dumps(state.response_id), state.created_at, dumps(self._exchange.model_alias))
+        echoed = dumps(state.echo)[1:-1]
+        self._shell = shell = shell + b"," + echoed if echoed else shell
+        sequence = self._sequence
+        self._sequence = sequence + 2
+        self._out.append(_STARTED % (sequence, shell, sequence + 1, shell))
 
     def _delta(self, delta: dict[str, Any]) -> None:
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
@@ -263,7 +280,7 @@ class ResponsesStream:
 
     def _text_delta(self, text: str) -> None:
         """The open item's delta event, its fixed part encoded once per item."""
-        self._out.append(self._delta_head + orjson.dumps(text) + _tail(self._sequence))
+        self._out.append(self._delta_head + dumps(text) + _TAILS[self._sequence])
         self._sequence += 1
         self._text.append(text)
 
@@ -279,59 +296,67 @@ class ResponsesStream:
         self._text = []
         output_index = len(self._encoded)
         # Item ids: the response's own random part and the item's place (unique, no syscall)
-        prefix = {"message": "msg", "reasoning": "rs", "function_call": "fc"}[kind]
-        self._call["id"] = item_id = f"{prefix}_{self._state.response_id[5:29]}{output_index:04x}"
-        delta_kind = _DELTA_EVENTS[kind]
-        if kind == "message":  # the common item: its events are templates around its (hex) id
-            ident = item_id.encode()
-            self._emit_encoded("response.output_item.added", _MESSAGE_ADDED % (output_index, ident))
-            self._emit_encoded("response.content_part.added", _PART_ADDED % (ident, output_index))
-            self._delta_head = (
-                b'event: %s\ndata: {"type":"%s","item_id":"%s","output_index":%d,"content_index":0,'
-                b'"logprobs":[],"delta":' % (delta_kind.encode(), delta_kind.encode(), ident, output_index)
+        item_id = f"{_ID_PREFIXES[kind]}_{self._state.response_id[5:29]}{output_index:04x}"
+        self._ident = ident = item_id.encode()  # hex: no escaping needed
+        sequence = self._sequence
+        if kind == "message":  # the common item
+            self._out.append(
+                _MESSAGE_OPENED % (sequence, output_index, ident, sequence + 1, ident, output_index)
             )
+            self._sequence = sequence + 2
+            self._delta_head = _TEXT_DELTA_HEAD % (ident, output_index)
             return
-        if kind == "reasoning":
-            item = {**reasoning_item(item_id, ""), "content": [], "status": "in_progress"}
-        else:
-            item = call_item(item_id, self._call["call_id"], self._call["name"], "", "in_progress")
-        self._emit("response.output_item.added", {"output_index": output_index, "item": item})
-        where: dict[str, Any] = {"type": delta_kind, "item_id": item_id, "output_index": output_index}
-        if kind != "function_call":
-            where["content_index"] = 0
+        if kind == "function_call":
+            call = self._call
+            item = _CALL % (ident, dumps(call["call_id"]), dumps(call["name"]), b'""', b"in_progress")
+            self._emit_fields("response.output_item.added", _ITEM_ADDED % (output_index, item))
+            self._delta_head = _CALL_DELTA_HEAD % (ident, output_index)
+            return
+        opened = {**reasoning_item(item_id, ""), "content": [], "status": "in_progress"}
+        self._emit("response.output_item.added", {"output_index": output_index, "item": opened})
+        where = {"type": "response.reasoning_text.delta", "item_id": item_id, "output_index": output_index}
         self._delta_head = (
-            b"event: %s\ndata: %s," % (delta_kind.encode(), orjson.dumps(where)[:-1]) + b'"delta":'
+            b"event: response.reasoning_text.delta\ndata: %s," % dumps({**where, "content_index": 0})[:-1]
+            + b'"delta":'
         )
 
     def _close(self) -> None:
         kind = self._kind
         if kind is None:
             return
-        item_id = self._call["id"]
+        ident = self._ident
         output_index = len(self._encoded)
         text = "".join(self._text)
+        sequence = self._sequence
         if kind == "message":
-            ident = item_id.encode()
-            text_json = orjson.dumps(text)
+            text_json = dumps(text)
             part = _PART % text_json
             encoded = _MESSAGE % (ident, part)
-            self._emit_encoded("response.output_text.done", _TEXT_DONE % (ident, output_index, text_json))
-            self._emit_encoded("response.content_part.done", _PART_DONE % (ident, output_index, part))
+            closed = _MESSAGE_CLOSED % (
+                sequence,
+                ident,
+                output_index,
+                text_json,
+                sequence + 1,
+                ident,
+                output_index,
+                part,
+            )
+            sequence += 2
+        elif kind == "function_call":
+            name = dumps(self._call["name"])
+            arguments = dumps(text)
+            encoded = _CALL % (ident, dumps(self._call["call_id"]), name, arguments, b"completed")
+            closed = _ARGUMENTS_DONE % (sequence, ident, output_index, name, arguments)
+            sequence += 1
         else:
-            where = {"item_id": item_id, "output_index": output_index}
-            item: dict[str, Any]
-            if kind == "reasoning":
-                item = reasoning_item(item_id, text)
-                self._emit("response.reasoning_text.done", {**where, "content_index": 0, "text": text})
-            else:
-                call = self._call
-                item = call_item(item_id, call["call_id"], call["name"], text)
-                self._emit(
-                    "response.function_call_arguments.done",
-                    {**where, "name": call["name"], "arguments": text},
-                )
-            encoded = orjson.dumps(item)
-        self._emit_encoded("response.output_item.done", _ITEM_DONE % (output_index, encoded))
+            item_id = ident.decode()
+            encoded = dumps(reasoning_item(item_id, text))
+            where = {"item_id": item_id, "output_index": output_index, "content_index": 0, "text": text}
+            closed = b"%s%d,%s\n\n" % (_HEADS["response.reasoning_text.done"], sequence, dumps(where)[1:])
+            sequence += 1
+        self._out.append(closed + _ITEM_DONE % (sequence, output_index, encoded))
+        self._sequence = sequence + 1
         self._encoded.append(encoded)
         self._kind = None
         self._fast = None
