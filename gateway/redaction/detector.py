@@ -27,7 +27,8 @@ from typing import Any, NamedTuple
 import regex
 
 from gateway.redaction.entities import LOOKAHEAD, EntityKind
-from gateway.redaction.first_chars import first_chars
+from gateway.redaction.first_chars import first_chars, read_chars
+from gateway.redaction.in_progress import search_from
 from gateway.redaction.prefilter import Prefilter, compilable, max_width, min_width
 from gateway.redaction.seen import SeenTexts
 
@@ -63,6 +64,10 @@ class _Exact:
     shortest: int  # the shortest whole match (0 when unknown)
     # What every match in ASCII text begins with (None: unknown), for a stream's scan to skip it.
     starts: frozenset[str] | None
+    # Its index in the prefilter (-1: not prefiltered), and the characters a match in progress
+    # at the end of an ASCII text has read (None: unknown): see `Catalog.scan`.
+    prefiltered: int
+    tail_chars: str | None
 
     def accept(self, match: Any) -> Found | None:
         if self.value_group:
@@ -104,6 +109,15 @@ class Catalog:
             for source in kind.patterns:
                 compiled = regex.compile(source, flags)
                 width = max_width(source)
+                # A non-ASCII pattern cannot be prefiltered on "?"-substituted bytes.
+                filtered = bool(
+                    width
+                    and source.isascii()
+                    and not kind.ignore_case
+                    and (kind.builtin or compilable(source))
+                )
+                shortest = min_width(source)
+                read = read_chars(source, kind.ignore_case) if filtered and shortest else None
                 exact = _Exact(
                     kind.name,
                     order,
@@ -112,16 +126,12 @@ class Catalog:
                     kind.look_alike,
                     "v" in compiled.groupindex,
                     width or _UNBOUNDED,
-                    min_width(source),
+                    shortest,
                     first_chars(source, kind.ignore_case),
+                    len(prefiltered) if filtered else -1,
+                    None if read is None else "".join(sorted(read)),
                 )
-                # A non-ASCII pattern cannot be prefiltered on "?"-substituted bytes.
-                if (
-                    width
-                    and source.isascii()
-                    and not kind.ignore_case
-                    and (kind.builtin or compilable(source))
-                ):
+                if filtered and width:
                     if not kind.builtin:
                         # Only the built-in patterns are known to treat "?" as they treat any
                         # non-ASCII character: on a non-ASCII text, a custom one runs unfiltered.
@@ -190,30 +200,32 @@ class Catalog:
         # neither match nor be in progress there: most patterns, on most of a stream's text.
         rest = text[pos:]
         present = set(rest) if rest.isascii() else None
+        # While the text may go on: a prefiltered pattern Hyperscan reports no match of (none
+        # ending at `pos` or later) has no complete match from `pos` on, at most one in
+        # progress at the end, which has read the text from its start to the end: it starts in
+        # the text's tail of the characters such a match reads. Searched from there, and not
+        # at all when that tail starts at or after the hold another pattern already set. (The
+        # final scan searches every pattern, as the exact reference of `find`.)
+        hits = self._hits(text, pos) if not final and present is not None and text.isascii() else None
+        tails: list[tuple[int, int, _Exact]] = []
         for exact in self._all:
             if exact.kind not in names:
                 continue
             starts = exact.starts
             if present is not None and starts is not None and starts.isdisjoint(present):
                 continue
-            search = exact.pattern.search
-            at = pos
-            while (match := search(text, at, partial=not final)) is not None:
-                if not final:
-                    # Most searches end here: a partial match (a word may become an address).
-                    if match.partial or match.end() + LOOKAHEAD > size:
-                        start = match.start()
-                        hold = start if start < hold else hold  # min() costs a call per search
-                        break
-                    growing = _growing(exact, text, at, match)
-                    if growing is not None:
-                        hold = min(hold, growing)
-                        break
-                matches.append(match)
-                found = exact.accept(match)
-                if found is not None:
-                    accepted.append(found)
-                at = _next(match, found)
+            if hits is not None and exact.tail_chars is not None and exact.prefiltered not in hits:
+                tail = len(text.rstrip(exact.tail_chars))
+                if tail < size:
+                    tails.append((tail if tail > pos else pos, exact.order, exact))
+                continue
+            hold = search_from(exact, text, pos, final, hold, matches, accepted)
+        if tails:
+            tails.sort(key=_first_two)
+            for tail, _, exact in tails:
+                if tail >= hold:
+                    break
+                hold = search_from(exact, text, tail, final, hold, matches, accepted)
         # A match that straddles `hold` is not settled either: hold from its start.
         settled = False
         while not settled:
@@ -227,6 +239,14 @@ class Catalog:
 
     def _order(self, kind: str) -> int:
         return self._orders[kind]
+
+    def _hits(self, text: str, pos: int) -> set[int]:
+        """The prefiltered patterns with a (loosened) match ending at `pos` or later."""
+        return {index for index, spans in self._prefilter.regions(text).items() if spans[-1][1] >= pos}
+
+
+def _first_two(item: tuple[int, int, _Exact]) -> tuple[int, int]:
+    return item[0], item[1]
 
 
 # (start, start - end, catalog order, arrival, entity): sorts as `disjoint` orders, ties stable.
@@ -297,38 +317,6 @@ def _confirm(
                 (start, start - end, order, len(into), Found(start, end, found_as, whole_start, whole_end))
             )
             pos = whole_end if whole_end > whole_start else whole_start + 1
-
-
-def _growing(exact: _Exact, text: str, at: int, match: Any) -> int | None:
-    """The earliest start, from `at` to `match`'s, of a match that more text could still
-    make or change (None when there is none): `match` is the leftmost the text holds now, a
-    complete one that ends `LOOKAHEAD` characters or more before the end.
-
-    With `partial`, `regex` prefers any complete match to a partial one, even a later or
-    shorter one: in "a@bb.cc.uni-ex" it returns "a@bb.cc", although the greedy path that
-    reached the end would win once "ample.de" arrives. So every start up to the returned
-    match's is asked whether some path from it reaches the end of the text, consuming it or
-    looking at it (a look-ahead reads at most `LOOKAHEAD` characters): only the starts a
-    whole match's width from the end can."""
-    size = len(text)
-    start = int(match.start())
-    pattern = exact.pattern
-    for candidate in range(max(at, size - exact.width - LOOKAHEAD), start):
-        # No complete match starts before `start`: a match here is a partial one.
-        if pattern.match(text, candidate, partial=True) is not None:
-            return candidate
-    for end in range(size, max(start, size - LOOKAHEAD), -1):
-        if pattern.fullmatch(text, start, end, partial=True) is not None:
-            return start
-    return None
-
-
-def _next(match: Any, found: Found | None) -> int:
-    """Where to look next: after an accepted match; one character on from a rejected one, so
-    that "2 4111 1111 1111 1111" (no card: 17 digits) still yields the card after the 2."""
-    if found is None or match.end() == match.start():
-        return int(match.start()) + 1
-    return int(match.end())
 
 
 def disjoint(found: Sequence[Found], order: Callable[[str], int]) -> list[Found]:
