@@ -28,7 +28,7 @@ import regex
 
 from gateway.redaction.entities import LOOKAHEAD, EntityKind
 from gateway.redaction.first_chars import first_chars, read_chars
-from gateway.redaction.in_progress import search_from
+from gateway.redaction.in_progress import StreamPlan, search_from
 from gateway.redaction.prefilter import Prefilter, compilable, max_width, min_width
 from gateway.redaction.seen import SeenTexts
 
@@ -37,6 +37,7 @@ LOOK_ALIKE = "~"
 """What starts the kind of a match that keeps other kinds out of its span but is not an
 entity (no kind's name can: see `entities.NAME_PATTERN`)."""
 _UNJUDGED = object()
+_PLANS = 256
 
 
 class Found(NamedTuple):
@@ -147,6 +148,7 @@ class Catalog:
         self._orders = {kind.name: order for order, kind in enumerate(self.kinds)}
         self._orders.update({LOOK_ALIKE + name: order for name, order in self._orders.items()})
         self.seen: SeenTexts[Found] = SeenTexts()
+        self._plans: dict[frozenset[str], StreamPlan] = {}  # per set of kinds a stream scans
 
     def detector(self, names: Iterable[str] | None = None, *, per_request: bool = False) -> Detector:
         """A detector for the kinds named (all of this catalog's when `names` is None).
@@ -198,34 +200,37 @@ class Catalog:
         accepted: list[Found] = []
         # A pattern none of whose first characters is in the (ASCII) text from `pos` on can
         # neither match nor be in progress there: most patterns, on most of a stream's text.
+        plan = self._plans.get(names)
+        if plan is None:
+            plan = self._plan(names)
         rest = text[pos:]
-        present = set(rest) if rest.isascii() else None
-        # While the text may go on: a prefiltered pattern Hyperscan reports no match of (none
-        # ending at `pos` or later) has no complete match from `pos` on, at most one in
-        # progress at the end, which has read the text from its start to the end: it starts in
-        # the text's tail of the characters such a match reads. Searched from there, and not
-        # at all when that tail starts at or after the hold another pattern already set. (The
-        # final scan searches every pattern, as the exact reference of `find`.)
-        hits = self._hits(text, pos) if not final and present is not None and text.isascii() else None
+        patterns: Sequence[_Exact] = plan.every
+        hits = None
+        if rest.isascii():
+            patterns = plan.for_chars(set(rest))
+            # While the text may go on: a prefiltered pattern Hyperscan reports no match of
+            # (none ending at `pos` or later) has no complete match from `pos` on, at most one
+            # in progress at the end, which has read the text from its start to the end: it
+            # starts in the text's tail of the characters such a match reads. Searched from
+            # there, and not at all when that tail starts at or after the hold another pattern
+            # already set. (The final scan searches every pattern, as `find`'s exact reference.)
+            hits = self._prefilter.ending_from(text, pos) if not final and text.isascii() else None
         tails: list[tuple[int, int, _Exact]] = []
-        for exact in self._all:
-            if exact.kind not in names:
-                continue
-            starts = exact.starts
-            if present is not None and starts is not None and starts.isdisjoint(present):
-                continue
+        for position, exact in enumerate(patterns):
             if hits is not None and exact.tail_chars is not None and exact.prefiltered not in hits:
                 tail = len(text.rstrip(exact.tail_chars))
                 if tail < size:
-                    tails.append((tail if tail > pos else pos, exact.order, exact))
+                    tails.append((tail if tail > pos else pos, position, exact))
                 continue
             hold = search_from(exact, text, pos, final, hold, matches, accepted)
         if tails:
-            tails.sort(key=_first_two)
+            tails.sort()  # by tail, then catalog order (positions are distinct)
             for tail, _, exact in tails:
                 if tail >= hold:
                     break
                 hold = search_from(exact, text, tail, final, hold, matches, accepted)
+        if not matches:
+            return [], hold  # most of a stream's scans: nothing complete, at most a hold
         # A match that straddles `hold` is not settled either: hold from its start.
         settled = False
         while not settled:
@@ -240,13 +245,11 @@ class Catalog:
     def _order(self, kind: str) -> int:
         return self._orders[kind]
 
-    def _hits(self, text: str, pos: int) -> set[int]:
-        """The prefiltered patterns with a (loosened) match ending at `pos` or later."""
-        return {index for index, spans in self._prefilter.regions(text).items() if spans[-1][1] >= pos}
-
-
-def _first_two(item: tuple[int, int, _Exact]) -> tuple[int, int]:
-    return item[0], item[1]
+    def _plan(self, names: frozenset[str]) -> StreamPlan:
+        if len(self._plans) >= _PLANS:  # a few sets of kinds in practice; bounded all the same
+            self._plans.clear()
+        plan = self._plans[names] = StreamPlan(self._all, names)
+        return plan
 
 
 # (start, start - end, catalog order, arrival, entity): sorts as `disjoint` orders, ties stable.

@@ -1,14 +1,48 @@
-"""Searching one pattern in a stream's text, which may go on: its matches up to the first
-that is, or may be, still in progress, and where that one starts (the window's hold)."""
+"""Searching a stream's text, which may go on: which patterns can begin in it (`StreamPlan`),
+and one pattern's matches up to the first that is, or may be, still in progress, and where
+that one starts (the window's hold)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway.redaction.entities import LOOKAHEAD
 
 if TYPE_CHECKING:
     from gateway.redaction.detector import Found, _Exact
+
+
+class StreamPlan:
+    """The patterns of some kinds, by the ASCII characters their matches can begin with: the
+    patterns a scan of ASCII text must search are those of the characters it holds, found
+    with a lookup per distinct character rather than a test per pattern."""
+
+    __slots__ = ("_always", "_by_char", "every")
+
+    def __init__(self, patterns: Sequence[_Exact], names: frozenset[str]) -> None:
+        self.every = tuple(exact for exact in patterns if exact.kind in names)
+        by_char: dict[str, list[int]] = {}
+        always: list[int] = []
+        for index, exact in enumerate(self.every):
+            if exact.starts is None:
+                always.append(index)
+            else:
+                for char in exact.starts:
+                    by_char.setdefault(char, []).append(index)
+        self._by_char = {char: frozenset(indexes) for char, indexes in by_char.items()}
+        self._always = frozenset(always)
+
+    def for_chars(self, present: set[str]) -> list[_Exact]:
+        """The patterns, in catalog order, that may begin with one of `present`."""
+        chosen = set(self._always)
+        by_char = self._by_char
+        for char in present:
+            indexes = by_char.get(char)
+            if indexes is not None:
+                chosen |= indexes
+        every = self.every
+        return [every[index] for index in sorted(chosen)]
 
 
 def search_from(
