@@ -20,6 +20,7 @@ its kind's `look_alike` name ("~IBAN"), so that nothing inside it is found, and 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -38,6 +39,7 @@ LOOK_ALIKE = "~"
 entity (no kind's name can: see `entities.NAME_PATTERN`)."""
 _UNJUDGED = object()
 _PLANS = 256
+_TAILS_FROM = 4  # patterns to search: below this, searching each costs less than sparing some
 
 
 class Found(NamedTuple):
@@ -65,10 +67,12 @@ class _Exact:
     shortest: int  # the shortest whole match (0 when unknown)
     # What every match in ASCII text begins with (None: unknown), for a stream's scan to skip it.
     starts: frozenset[str] | None
-    # Its index in the prefilter (-1: not prefiltered), and the characters a match in progress
-    # at the end of an ASCII text has read (None: unknown): see `Catalog.scan`.
+    # Its index in the prefilter (-1: not prefiltered), the characters a match in progress at
+    # the end of an ASCII text has read (None: unknown), and a search for the first of its
+    # first characters (None: any): see `Catalog.scan`.
     prefiltered: int
     tail_chars: str | None
+    first_char: Any  # re.Pattern[str] | None
 
     def accept(self, match: Any) -> Found | None:
         if self.value_group:
@@ -119,6 +123,7 @@ class Catalog:
                 )
                 shortest = min_width(source)
                 read = read_chars(source, kind.ignore_case) if filtered and shortest else None
+                starts = first_chars(source, kind.ignore_case)
                 exact = _Exact(
                     kind.name,
                     order,
@@ -128,9 +133,10 @@ class Catalog:
                     "v" in compiled.groupindex,
                     width or _UNBOUNDED,
                     shortest,
-                    first_chars(source, kind.ignore_case),
+                    starts,
                     len(prefiltered) if filtered else -1,
                     None if read is None else "".join(sorted(read)),
+                    None if starts is None else re.compile(f"[{''.join(map(re.escape, sorted(starts)))}]"),
                 )
                 if filtered and width:
                     if not kind.builtin:
@@ -207,20 +213,28 @@ class Catalog:
         patterns: Sequence[_Exact] = plan.every
         hits = None
         if rest.isascii():
-            patterns = plan.for_chars(set(rest))
+            patterns = plan.for_chars(frozenset(rest))
             # While the text may go on: a prefiltered pattern Hyperscan reports no match of
             # (none ending at `pos` or later) has no complete match from `pos` on, at most one
             # in progress at the end, which has read the text from its start to the end: it
-            # starts in the text's tail of the characters such a match reads. Searched from
-            # there, and not at all when that tail starts at or after the hold another pattern
-            # already set. (The final scan searches every pattern, as `find`'s exact reference.)
-            hits = self._prefilter.ending_from(text, pos) if not final and text.isascii() else None
+            # starts in the text's tail of the characters such a match reads, at one of its
+            # first characters. Searched from there, and not at all when that is at or after
+            # the hold another pattern already set. (The final scan searches every pattern, as
+            # `find`'s exact reference.)
+            # Worth its Hyperscan call only when there are a few patterns to spare a search.
+            if not final and len(patterns) >= _TAILS_FROM and text.isascii():
+                hits = self._prefilter.ending_from(text, pos)
         tails: list[tuple[int, int, _Exact]] = []
         for position, exact in enumerate(patterns):
             if hits is not None and exact.tail_chars is not None and exact.prefiltered not in hits:
                 tail = len(text.rstrip(exact.tail_chars))
+                tail = max(tail, pos)
+                if tail < size and exact.first_char is not None:
+                    # and, in that tail, at one of its first characters
+                    first = exact.first_char.search(text, tail)
+                    tail = size if first is None else first.start()
                 if tail < size:
-                    tails.append((tail if tail > pos else pos, position, exact))
+                    tails.append((tail, position, exact))
                 continue
             hold = search_from(exact, text, pos, final, hold, matches, accepted)
         if tails:

@@ -12,13 +12,15 @@ from gateway.redaction.entities import LOOKAHEAD
 if TYPE_CHECKING:
     from gateway.redaction.detector import Found, _Exact
 
+_CHOSEN = 4096
+
 
 class StreamPlan:
     """The patterns of some kinds, by the ASCII characters their matches can begin with: the
     patterns a scan of ASCII text must search are those of the characters it holds, found
     with a lookup per distinct character rather than a test per pattern."""
 
-    __slots__ = ("_always", "_by_char", "every")
+    __slots__ = ("_always", "_by_char", "_chosen", "every")
 
     def __init__(self, patterns: Sequence[_Exact], names: frozenset[str]) -> None:
         self.every = tuple(exact for exact in patterns if exact.kind in names)
@@ -32,9 +34,16 @@ class StreamPlan:
                     by_char.setdefault(char, []).append(index)
         self._by_char = {char: frozenset(indexes) for char, indexes in by_char.items()}
         self._always = frozenset(always)
+        # Per set of characters seen: a stream's chunks bring the same few sets again and again.
+        self._chosen: dict[frozenset[str], list[_Exact]] = {}
 
-    def for_chars(self, present: set[str]) -> list[_Exact]:
+    def for_chars(self, present: frozenset[str]) -> list[_Exact]:
         """The patterns, in catalog order, that may begin with one of `present`."""
+        known = self._chosen.get(present)
+        if known is not None:
+            return known
+        if len(self._chosen) >= _CHOSEN:
+            self._chosen.clear()
         chosen = set(self._always)
         by_char = self._by_char
         for char in present:
@@ -42,7 +51,8 @@ class StreamPlan:
             if indexes is not None:
                 chosen |= indexes
         every = self.every
-        return [every[index] for index in sorted(chosen)]
+        patterns = self._chosen[present] = [every[index] for index in sorted(chosen)]
+        return patterns
 
 
 def search_from(
