@@ -20,6 +20,7 @@ its kind's `look_alike` name ("~IBAN"), so that nothing inside it is found, and 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -27,7 +28,8 @@ from typing import Any, NamedTuple
 import regex
 
 from gateway.redaction.entities import LOOKAHEAD, EntityKind
-from gateway.redaction.first_chars import first_chars
+from gateway.redaction.first_chars import first_chars, read_chars
+from gateway.redaction.in_progress import StreamPlan, search_from
 from gateway.redaction.prefilter import Prefilter, compilable, max_width, min_width
 from gateway.redaction.seen import SeenTexts
 
@@ -36,6 +38,8 @@ LOOK_ALIKE = "~"
 """What starts the kind of a match that keeps other kinds out of its span but is not an
 entity (no kind's name can: see `entities.NAME_PATTERN`)."""
 _UNJUDGED = object()
+_PLANS = 256
+_TAILS_FROM = 4  # patterns to search: below this, searching each costs less than sparing some
 
 
 class Found(NamedTuple):
@@ -63,6 +67,12 @@ class _Exact:
     shortest: int  # the shortest whole match (0 when unknown)
     # What every match in ASCII text begins with (None: unknown), for a stream's scan to skip it.
     starts: frozenset[str] | None
+    # Its index in the prefilter (-1: not prefiltered), the characters a match in progress at
+    # the end of an ASCII text has read (None: unknown), and a search for the first of its
+    # first characters (None: any): see `Catalog.scan`.
+    prefiltered: int
+    tail_chars: str | None
+    first_char: Any  # re.Pattern[str] | None
 
     def accept(self, match: Any) -> Found | None:
         if self.value_group:
@@ -104,6 +114,16 @@ class Catalog:
             for source in kind.patterns:
                 compiled = regex.compile(source, flags)
                 width = max_width(source)
+                # A non-ASCII pattern cannot be prefiltered on "?"-substituted bytes.
+                filtered = bool(
+                    width
+                    and source.isascii()
+                    and not kind.ignore_case
+                    and (kind.builtin or compilable(source))
+                )
+                shortest = min_width(source)
+                read = read_chars(source, kind.ignore_case) if filtered and shortest else None
+                starts = first_chars(source, kind.ignore_case)
                 exact = _Exact(
                     kind.name,
                     order,
@@ -112,16 +132,13 @@ class Catalog:
                     kind.look_alike,
                     "v" in compiled.groupindex,
                     width or _UNBOUNDED,
-                    min_width(source),
-                    first_chars(source, kind.ignore_case),
+                    shortest,
+                    starts,
+                    len(prefiltered) if filtered else -1,
+                    None if read is None else "".join(sorted(read)),
+                    None if starts is None else re.compile(f"[{''.join(map(re.escape, sorted(starts)))}]"),
                 )
-                # A non-ASCII pattern cannot be prefiltered on "?"-substituted bytes.
-                if (
-                    width
-                    and source.isascii()
-                    and not kind.ignore_case
-                    and (kind.builtin or compilable(source))
-                ):
+                if filtered and width:
                     if not kind.builtin:
                         # Only the built-in patterns are known to treat "?" as they treat any
                         # non-ASCII character: on a non-ASCII text, a custom one runs unfiltered.
@@ -137,6 +154,7 @@ class Catalog:
         self._orders = {kind.name: order for order, kind in enumerate(self.kinds)}
         self._orders.update({LOOK_ALIKE + name: order for name, order in self._orders.items()})
         self.seen: SeenTexts[Found] = SeenTexts()
+        self._plans: dict[frozenset[str], StreamPlan] = {}  # per set of kinds a stream scans
 
     def detector(self, names: Iterable[str] | None = None, *, per_request: bool = False) -> Detector:
         """A detector for the kinds named (all of this catalog's when `names` is None).
@@ -188,32 +206,45 @@ class Catalog:
         accepted: list[Found] = []
         # A pattern none of whose first characters is in the (ASCII) text from `pos` on can
         # neither match nor be in progress there: most patterns, on most of a stream's text.
+        plan = self._plans.get(names)
+        if plan is None:
+            plan = self._plan(names)
         rest = text[pos:]
-        present = set(rest) if rest.isascii() else None
-        for exact in self._all:
-            if exact.kind not in names:
+        patterns: Sequence[_Exact] = plan.every
+        hits = None
+        if rest.isascii():
+            patterns = plan.for_chars(frozenset(rest))
+            # While the text may go on: a prefiltered pattern Hyperscan reports no match of
+            # (none ending at `pos` or later) has no complete match from `pos` on, at most one
+            # in progress at the end, which has read the text from its start to the end: it
+            # starts in the text's tail of the characters such a match reads, at one of its
+            # first characters. Searched from there, and not at all when that is at or after
+            # the hold another pattern already set. (The final scan searches every pattern, as
+            # `find`'s exact reference.)
+            # Worth its Hyperscan call only when there are a few patterns to spare a search.
+            if not final and len(patterns) >= _TAILS_FROM and text.isascii():
+                hits = self._prefilter.ending_from(text, pos)
+        tails: list[tuple[int, int, _Exact]] = []
+        for position, exact in enumerate(patterns):
+            if hits is not None and exact.tail_chars is not None and exact.prefiltered not in hits:
+                tail = len(text.rstrip(exact.tail_chars))
+                tail = max(tail, pos)
+                if tail < size and exact.first_char is not None:
+                    # and, in that tail, at one of its first characters
+                    first = exact.first_char.search(text, tail)
+                    tail = size if first is None else first.start()
+                if tail < size:
+                    tails.append((tail, position, exact))
                 continue
-            starts = exact.starts
-            if present is not None and starts is not None and starts.isdisjoint(present):
-                continue
-            search = exact.pattern.search
-            at = pos
-            while (match := search(text, at, partial=not final)) is not None:
-                if not final:
-                    # Most searches end here: a partial match (a word may become an address).
-                    if match.partial or match.end() + LOOKAHEAD > size:
-                        start = match.start()
-                        hold = start if start < hold else hold  # min() costs a call per search
-                        break
-                    growing = _growing(exact, text, at, match)
-                    if growing is not None:
-                        hold = min(hold, growing)
-                        break
-                matches.append(match)
-                found = exact.accept(match)
-                if found is not None:
-                    accepted.append(found)
-                at = _next(match, found)
+            hold = search_from(exact, text, pos, final, hold, matches, accepted)
+        if tails:
+            tails.sort()  # by tail, then catalog order (positions are distinct)
+            for tail, _, exact in tails:
+                if tail >= hold:
+                    break
+                hold = search_from(exact, text, tail, final, hold, matches, accepted)
+        if not matches:
+            return [], hold  # most of a stream's scans: nothing complete, at most a hold
         # A match that straddles `hold` is not settled either: hold from its start.
         settled = False
         while not settled:
@@ -227,6 +258,12 @@ class Catalog:
 
     def _order(self, kind: str) -> int:
         return self._orders[kind]
+
+    def _plan(self, names: frozenset[str]) -> StreamPlan:
+        if len(self._plans) >= _PLANS:  # a few sets of kinds in practice; bounded all the same
+            self._plans.clear()
+        plan = self._plans[names] = StreamPlan(self._all, names)
+        return plan
 
 
 # (start, start - end, catalog order, arrival, entity): sorts as `disjoint` orders, ties stable.
@@ -297,38 +334,6 @@ def _confirm(
                 (start, start - end, order, len(into), Found(start, end, found_as, whole_start, whole_end))
             )
             pos = whole_end if whole_end > whole_start else whole_start + 1
-
-
-def _growing(exact: _Exact, text: str, at: int, match: Any) -> int | None:
-    """The earliest start, from `at` to `match`'s, of a match that more text could still
-    make or change (None when there is none): `match` is the leftmost the text holds now, a
-    complete one that ends `LOOKAHEAD` characters or more before the end.
-
-    With `partial`, `regex` prefers any complete match to a partial one, even a later or
-    shorter one: in "a@bb.cc.uni-ex" it returns "a@bb.cc", although the greedy path that
-    reached the end would win once "ample.de" arrives. So every start up to the returned
-    match's is asked whether some path from it reaches the end of the text, consuming it or
-    looking at it (a look-ahead reads at most `LOOKAHEAD` characters): only the starts a
-    whole match's width from the end can."""
-    size = len(text)
-    start = int(match.start())
-    pattern = exact.pattern
-    for candidate in range(max(at, size - exact.width - LOOKAHEAD), start):
-        # No complete match starts before `start`: a match here is a partial one.
-        if pattern.match(text, candidate, partial=True) is not None:
-            return candidate
-    for end in range(size, max(start, size - LOOKAHEAD), -1):
-        if pattern.fullmatch(text, start, end, partial=True) is not None:
-            return start
-    return None
-
-
-def _next(match: Any, found: Found | None) -> int:
-    """Where to look next: after an accepted match; one character on from a rejected one, so
-    that "2 4111 1111 1111 1111" (no card: 17 digits) still yields the card after the 2."""
-    if found is None or match.end() == match.start():
-        return int(match.start()) + 1
-    return int(match.end())
 
 
 def disjoint(found: Sequence[Found], order: Callable[[str], int]) -> list[Found]:

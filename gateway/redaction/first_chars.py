@@ -1,5 +1,7 @@
 """The characters a pattern's match can begin with, so a stream's window can skip a pattern
-whose first character appears nowhere in the text it scans.
+whose first character appears nowhere in the text it scans; and every character a match can
+read (`read_chars`), so a window looks for a match still in progress only in the text's tail
+made of them.
 
 A match of a pattern (complete or partial) that starts at a position inside the text
 consumes that position's character first, and that character is always one of the pattern's
@@ -56,6 +58,90 @@ def first_chars(pattern: str, ignore_case: bool) -> frozenset[str] | None:
     if ignore_case:
         chars = _both_cases(chars)
     return frozenset(chars)
+
+
+def read_chars(pattern: str, ignore_case: bool) -> frozenset[str] | None:
+    """The ASCII characters a match of `pattern` in progress at the end of an ASCII text can
+    have read from its start on: what it consumes, and what a look-ahead reads before it is
+    decided; None when not known.
+
+    A partial match (one that needs more text) has read every character from its start to the
+    end of the text, so it starts within the text's longest tail of these characters. A
+    look-behind reads only characters the match consumed, or ones before its start."""
+    if _parser is None or _constants is None:
+        return None
+    try:
+        parsed = _parser.parse(pattern)
+        if parsed.state.flags & ~(_constants.SRE_FLAG_UNICODE | _constants.SRE_FLAG_ASCII):
+            return None
+        chars = _read(parsed)
+    except Exception:
+        return None
+    if chars is None:
+        return None
+    return frozenset(_both_cases(chars) if ignore_case else chars)
+
+
+def _read(nodes: Any) -> set[str] | None:
+    chars: set[str] = set()
+    for op, av in nodes:
+        name = str(op)
+        if name in _SINGLE:
+            found = _node(name, av)
+            if found is None:
+                return None
+            chars |= found[0]
+            continue
+        if name == "AT":
+            continue
+        if name in ("ASSERT", "ASSERT_NOT"):
+            direction, sub = av
+            if direction < 0:
+                continue  # a look-behind reads only what the match consumed, or before its start
+            body = _read_ahead(sub)
+        elif name == "SUBPATTERN":
+            _group, add_flags, del_flags, sub = av
+            if add_flags & ~_constants.SRE_FLAG_IGNORECASE or del_flags:
+                return None
+            body = _read(sub)
+            if body is not None and add_flags:
+                body = _both_cases(body)
+        elif name == "ATOMIC_GROUP":
+            body = _read(av)
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            body = _read(av[2])
+        elif name == "BRANCH":
+            body = set()
+            for branch in av[1]:
+                found_branch = _read(branch)
+                if found_branch is None:
+                    return None
+                body |= found_branch
+        else:
+            return None  # back-references, conditionals...
+        if body is None:
+            return None
+        chars |= body
+    return chars
+
+
+def _read_ahead(nodes: Any) -> set[str] | None:
+    """What a look-ahead can read and still need more text: its body's characters, but for a
+    last single character, which completes the body (the look-ahead is then decided)."""
+    if len(nodes) == 1 and str(nodes[0][0]) == "BRANCH":
+        chars: set[str] = set()
+        for branch in nodes[0][1][1]:
+            found = _read_ahead(branch)
+            if found is None:
+                return None
+            chars |= found
+        return chars
+    if len(nodes) and str(nodes[-1][0]) in _SINGLE:
+        return _read(nodes[:-1])
+    return _read(nodes)
+
+
+_SINGLE = ("LITERAL", "NOT_LITERAL", "ANY", "IN", "CATEGORY")
 
 
 def _both_cases(chars: set[str]) -> set[str]:

@@ -197,6 +197,14 @@ class Prefilter:
 
         # Made once: a scan passes it the table it fills as its context.
         self._on_match = cast(Callable[[int, int, int, int, object], None], on_match)
+
+        def on_match_from(
+            pattern: int, start: int, end: int, flags: int, wanted: tuple[int, set[int]]
+        ) -> None:
+            if end >= wanted[0]:
+                wanted[1].add(pattern)
+
+        self._on_match_from = cast(Callable[[int, int, int, int, object], None], on_match_from)
         # Scratch space may serve one scan at a time, and scans release the GIL: one per thread.
         self._local = threading.local()
 
@@ -210,6 +218,18 @@ class Prefilter:
         )
         for spans in found.values():
             spans[0][0] = max(spans[0][0], 0)
+        return found
+
+    def ending_from(self, text: str, pos: int) -> set[int]:
+        """The patterns with a match ending at `pos` or later (`text` is ASCII)."""
+        found: set[int] = set()
+        if self.size and text:
+            self._database.scan(
+                text.encode("ascii"),
+                match_event_handler=self._on_match_from,
+                context=(pos, found),
+                scratch=self._thread_scratch(),
+            )
         return found
 
     def _thread_scratch(self) -> hyperscan.Scratch:

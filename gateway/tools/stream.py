@@ -74,7 +74,9 @@ class ToolCallStream:
                 continue
             index = choice.get("index", 0)
             index = index if isinstance(index, int) else 0
-            state = self._choices.setdefault(index, _Choice())
+            state = self._choices.get(index)
+            if state is None:
+                state = self._choices[index] = _Choice()
             delta = choice.get("delta")
             touched = isinstance(delta, dict) and ("tool_calls" in delta or "function_call" in delta)
             if not enveloped and (touched or choice.get("finish_reason") is not None):

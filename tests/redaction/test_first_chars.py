@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gateway.redaction.detector import Catalog
 from gateway.redaction.entities import BUILTIN, EntityKind
-from gateway.redaction.first_chars import first_chars
+from gateway.redaction.first_chars import first_chars, read_chars
 from gateway.redaction.scrub import marker
 from gateway.redaction.window import SlidingWindow, redact_whole
 from tests.redaction.corpus import NEAR_MISSES, NEGATIVES, POSITIVES
@@ -118,3 +118,55 @@ def test_an_entity_whose_first_character_arrives_alone_is_masked(text: str) -> N
     words = text.split(" ")
     streamed = "".join(window.push(word if i == 0 else " " + word) for i, word in enumerate(words))
     assert streamed + window.flush() == whole
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        (
+            r"(?<![a-z])\d+(?![a-z]|\.\d)",
+            "0123456789.",
+        ),  # a look-behind reads nothing new; a look-ahead's last character decides it
+        (r"[a-c]x(?=yz)", "abcxy"),
+        (r"(?i:ab)-", "abAB-"),
+        (r"q(?:r|s+t)", "qrst"),
+    ],
+)
+def test_the_characters_a_match_in_progress_reads(pattern: str, expected: str) -> None:
+    assert read_chars(pattern, False) == frozenset(expected)
+
+
+@pytest.mark.parametrize("pattern", [r"(a)\1", r"(?x) a b", r"\p{L}+"])
+def test_what_a_match_reads_is_none_when_not_known(pattern: str) -> None:
+    assert read_chars(pattern, False) is None
+
+
+_READ_PATTERNS = [*_PATTERNS, r"\d{2}(?![A-Za-z0-9_]|[./-][0-9])", r"x(?=ab|c)\w", r"(?<=a)b+c"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(_READ_PATTERNS), st.booleans(), st.text("abcxyzqABCXYZ019 -+_\n./", max_size=20))
+def test_a_match_in_progress_has_read_only_its_characters(pattern: str, ignore_case: bool, text: str) -> None:
+    chars = read_chars(pattern, ignore_case)
+    assert chars is not None
+    compiled = regex.compile(pattern, regex.V0 | regex.ASCII | (regex.IGNORECASE if ignore_case else 0))
+    for pos in range(len(text)):
+        found = compiled.search(text, pos, partial=True)
+        if found is not None and found.partial:
+            assert set(text[found.start() :]) <= chars, (pattern, text, found)
+
+
+@pytest.mark.parametrize("kind", BUILTIN, ids=lambda kind: kind.name)
+def test_a_built_in_match_in_progress_has_read_only_its_characters(kind: EntityKind) -> None:
+    flags = regex.V0 | regex.ASCII | (regex.IGNORECASE if kind.ignore_case else 0)
+    for source in kind.patterns:
+        chars = read_chars(source, kind.ignore_case)
+        assert chars is not None, source
+        compiled = regex.compile(source, flags)
+        for text in _TEXTS:
+            if not text.isascii():
+                continue
+            for end in range(1, len(text) + 1):
+                found = compiled.search(text[:end], 0, partial=True)
+                if found is not None and found.partial:
+                    assert set(text[found.start() : end]) <= chars, (source, text[:end])

@@ -179,3 +179,37 @@ def test_a_finished_long_entity_is_released_once_it_can_no_longer_grow() -> None
     out = "".join(window.push(char) for char in text)
     assert out == "x [EMAIL], and [PHONE] too. "
     assert window.holding == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts, st.integers(0, 60))
+def test_a_streams_scan_holds_and_finds_as_searching_every_pattern(text: str, skip: int) -> None:
+    # An ASCII text's scan looks for a match in progress only where one can be (the text's tail
+    # of the characters such a match reads); a non-ASCII character before the scanned stretch
+    # turns that off and every pattern is searched from the scan's start. Both must agree.
+    text = "ab, " + text  # the scanned stretch starts after a few characters of context
+    pos = min(4 + skip, len(text))
+    fast_found, fast_hold = DETECTOR.scan(text, pos)
+    every_found, every_hold = DETECTOR.scan("é" + text, pos + 1)
+    assert fast_hold + 1 == every_hold
+    assert [(f.start + 1, f.end + 1, f.kind) for f in fast_found] == [
+        (f.start, f.end, f.kind) for f in every_found
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "held"),
+    [
+        ("call 1-415-555-0132.", "1-415-555-0132."),  # a full stop may begin ".5": the phone may go on
+        ("ip 10.0.", "10.0."),
+        ("card 4111 1111 1111 ", "4111 1111 1111 "),
+        ("tok3 tok4 tok5", "tok5"),
+        ("plain words, then (", "("),  # "(415) ..."
+        ("plain words, then; ", ""),
+    ],
+)
+def test_a_stream_holds_exactly_the_match_in_progress(text: str, held: str) -> None:
+    window = SlidingWindow(DETECTOR, marker)
+    released = window.push(text)
+    assert window.holding == len(held)
+    assert released + held == text

@@ -1,0 +1,111 @@
+"""Searching a stream's text, which may go on: which patterns can begin in it (`StreamPlan`),
+and one pattern's matches up to the first that is, or may be, still in progress, and where
+that one starts (the window's hold)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from gateway.redaction.entities import LOOKAHEAD
+
+if TYPE_CHECKING:
+    from gateway.redaction.detector import Found, _Exact
+
+_CHOSEN = 4096
+
+
+class StreamPlan:
+    """The patterns of some kinds, by the ASCII characters their matches can begin with: the
+    patterns a scan of ASCII text must search are those of the characters it holds, found
+    with a lookup per distinct character rather than a test per pattern."""
+
+    __slots__ = ("_always", "_by_char", "_chosen", "every")
+
+    def __init__(self, patterns: Sequence[_Exact], names: frozenset[str]) -> None:
+        self.every = tuple(exact for exact in patterns if exact.kind in names)
+        by_char: dict[str, list[int]] = {}
+        always: list[int] = []
+        for index, exact in enumerate(self.every):
+            if exact.starts is None:
+                always.append(index)
+            else:
+                for char in exact.starts:
+                    by_char.setdefault(char, []).append(index)
+        self._by_char = {char: frozenset(indexes) for char, indexes in by_char.items()}
+        self._always = frozenset(always)
+        # Per set of characters seen: a stream's chunks bring the same few sets again and again.
+        self._chosen: dict[frozenset[str], list[_Exact]] = {}
+
+    def for_chars(self, present: frozenset[str]) -> list[_Exact]:
+        """The patterns, in catalog order, that may begin with one of `present`."""
+        known = self._chosen.get(present)
+        if known is not None:
+            return known
+        if len(self._chosen) >= _CHOSEN:
+            self._chosen.clear()
+        chosen = set(self._always)
+        by_char = self._by_char
+        for char in present:
+            indexes = by_char.get(char)
+            if indexes is not None:
+                chosen |= indexes
+        every = self.every
+        patterns = self._chosen[present] = [every[index] for index in sorted(chosen)]
+        return patterns
+
+
+def search_from(
+    exact: _Exact, text: str, at: int, final: bool, hold: int, matches: list[Any], accepted: list[Found]
+) -> int:
+    """`exact`'s matches from `at` on, into `matches` and `accepted`, up to the first one that
+    is (or may be) still in progress; the hold, lowered to where that one starts."""
+    size = len(text)
+    search = exact.pattern.search
+    while (match := search(text, at, partial=not final)) is not None:
+        if not final:
+            # Most searches end here: a partial match (a word may become an address).
+            if match.partial or match.end() + LOOKAHEAD > size:
+                start = match.start()
+                return start if start < hold else hold  # min() costs a call per search
+            growing = _growing(exact, text, at, match)
+            if growing is not None:
+                return min(hold, growing)
+        matches.append(match)
+        found = exact.accept(match)
+        if found is not None:
+            accepted.append(found)
+        at = _next(match, found)
+    return hold
+
+
+def _growing(exact: _Exact, text: str, at: int, match: Any) -> int | None:
+    """The earliest start, from `at` to `match`'s, of a match that more text could still
+    make or change (None when there is none): `match` is the leftmost the text holds now, a
+    complete one that ends `LOOKAHEAD` characters or more before the end.
+
+    With `partial`, `regex` prefers any complete match to a partial one, even a later or
+    shorter one: in "a@bb.cc.uni-ex" it returns "a@bb.cc", although the greedy path that
+    reached the end would win once "ample.de" arrives. So every start up to the returned
+    match's is asked whether some path from it reaches the end of the text, consuming it or
+    looking at it (a look-ahead reads at most `LOOKAHEAD` characters): only the starts a
+    whole match's width from the end can."""
+    size = len(text)
+    start = int(match.start())
+    pattern = exact.pattern
+    for candidate in range(max(at, size - exact.width - LOOKAHEAD), start):
+        # No complete match starts before `start`: a match here is a partial one.
+        if pattern.match(text, candidate, partial=True) is not None:
+            return candidate
+    for end in range(size, max(start, size - LOOKAHEAD), -1):
+        if pattern.fullmatch(text, start, end, partial=True) is not None:
+            return start
+    return None
+
+
+def _next(match: Any, found: Found | None) -> int:
+    """Where to look next: after an accepted match; one character on from a rejected one, so
+    that "2 4111 1111 1111 1111" (no card: 17 digits) still yields the card after the 2."""
+    if found is None or match.end() == match.start():
+        return int(match.start()) + 1
+    return int(match.end())
