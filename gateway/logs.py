@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from gateway.redaction.scrub import Scrubber, default_scrubber
+from gateway.redaction.scrub import Scrubber, Verbatim, default_scrubber
 from gateway.tracing import CORRELATION
 
 # Attributes every LogRecord has; anything else was passed through `extra=` and is a field.
@@ -31,6 +31,7 @@ _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) 
 
 
 _JSON_VALUES = (str, int, float, bool, type(None), dict, list, tuple)
+_JSON_TYPES = frozenset(_JSON_VALUES)  # the exact types, a set look-up before isinstance
 
 
 class JsonFormatter(logging.Formatter):
@@ -56,10 +57,20 @@ class JsonFormatter(logging.Formatter):
     def line(
         self, created: float, level: str, name: str, msg: str, fields: dict[str, Any], exc: str | None = None
     ) -> str:
-        entry: dict[str, Any] = {"level": level, "logger": name, "msg": msg}
+        # The timestamp is the gateway's own and new on every line: not scrubbed (a scan could
+        # take its digits for a phone number), and kept out of the scrubber's clean cache.
+        entry: dict[str, Any] = {
+            "ts": Verbatim(self._timestamp(created)),
+            "level": level,
+            "logger": name,
+            "msg": msg,
+        }
         for key, value in fields.items():
             # Anything orjson would stringify is stringified first, so that it is scrubbed too.
-            entry[key] = value if isinstance(value, _JSON_VALUES) else str(value)
+            if type(value) in _JSON_TYPES or isinstance(value, _JSON_VALUES):
+                entry[key] = value
+            else:
+                entry[key] = str(value)
         correlation = CORRELATION.get()
         if correlation is not None:  # a line written while serving a request
             entry.setdefault("request_id", correlation.request_id)
@@ -68,10 +79,7 @@ class JsonFormatter(logging.Formatter):
                 entry.setdefault("span_id", correlation.trace.span_id)
         if exc is not None:
             entry["exc"] = exc
-        # The timestamp is the gateway's own and new on every line: not scrubbed (a scan could
-        # take its digits for a phone number), and kept out of the scrubber's clean cache.
-        line = {"ts": self._timestamp(created), **self._scrubber.record(entry)}
-        return orjson.dumps(line, default=str).decode()
+        return orjson.dumps(self._scrubber.record(entry), default=str).decode()
 
 
 class BatchedLineHandler(logging.Handler):

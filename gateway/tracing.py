@@ -43,7 +43,8 @@ class RequestTrace(Protocol):
         ...
 
     def stage(self, name: str) -> contextlib.AbstractContextManager[None]:
-        """A span around one request stage; an exception leaving it marks the span failed."""
+        """A span around one request stage; an exception leaving it marks the span failed.
+        Asked of a sampled trace only: an unsampled one records no span (pipeline.py)."""
         ...
 
     def upstream_headers(self, attempt: Attempt, upstream: Upstream) -> Mapping[str, str] | None:

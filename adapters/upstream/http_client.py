@@ -8,11 +8,9 @@ is translated here, in `_translated`, into the gateway's own UpstreamError famil
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -20,11 +18,23 @@ import aiohttp
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 
 
-@dataclass(frozen=True, slots=True)
 class RawResponse:
-    status: int
-    headers: dict[str, str]  # names lower-cased
-    body: bytes
+    """A whole answer: its status, body and headers (names lower-cased, made when first read:
+    most answers are 200s whose headers nobody reads)."""
+
+    __slots__ = ("_headers", "_received", "body", "status")
+
+    def __init__(self, status: int, received: Mapping[str, str], body: bytes) -> None:
+        self.status = status
+        self.body = body
+        self._received = received
+        self._headers: dict[str, str] | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        if self._headers is None:
+            self._headers = _lower(self._received)
+        return self._headers
 
 
 class HttpClient:
@@ -58,7 +68,7 @@ class HttpClient:
                 url, data=_payload(body), headers=headers, timeout=timeout
             ) as response:
                 payload = await response.read()
-                return RawResponse(response.status, _lower(response.headers), payload)
+                return RawResponse(response.status, response.headers, payload)
 
     async def get(self, url: str, headers: dict[str, str], seconds: float) -> RawResponse:
         timeout = seconds
@@ -66,7 +76,7 @@ class HttpClient:
             async with self._session.get(
                 url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
             ) as response:
-                return RawResponse(response.status, _lower(response.headers), await response.read())
+                return RawResponse(response.status, response.headers, await response.read())
 
     async def open_stream(
         self,
@@ -97,32 +107,47 @@ class HttpClient:
         stream.set_read_timeout(max(first_by - time.monotonic(), 0.001))
         return stream
 
-    @contextlib.contextmanager
-    def _translated(self, timeout: float) -> Iterator[None]:
-        name = self._upstream
-        try:
-            yield
-        except UpstreamError:
-            raise
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            raise UpstreamTimeout(
-                f"Upstream {name!r} did not answer within {timeout:.1f}s.", upstream=name
-            ) from None
-        except aiohttp.ClientConnectorError:
-            raise UpstreamUnavailable(f"Cannot connect to upstream {name!r}.", upstream=name) from None
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionError):
-            raise UpstreamUnavailable(
-                f"Upstream {name!r} closed the connection.", code="upstream_disconnected", upstream=name
-            ) from None
-        except aiohttp.ClientPayloadError:
-            raise UpstreamError(
-                f"Upstream {name!r} sent an incomplete response.", code="upstream_incomplete", upstream=name
-            ) from None
-        except aiohttp.ClientError:
-            raise UpstreamError(f"Upstream {name!r} failed.", upstream=name) from None
+    def _translated(self, timeout: float) -> _Translated:
+        return _Translated(self._upstream, timeout)
 
     async def aclose(self) -> None:
         await self._session.close()
+
+
+class _Translated:
+    """Every aiohttp and socket exception raised in its block, as the gateway's own
+    UpstreamError family (`timeout`: the one the message names). A class rather than a
+    generator context manager: it wraps every upstream request."""
+
+    __slots__ = ("_timeout", "_upstream")
+
+    def __init__(self, upstream: str, timeout: float) -> None:
+        self._upstream = upstream
+        self._timeout = timeout
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if kind is None or not issubclass(kind, Exception) or issubclass(kind, UpstreamError):
+            return
+        name = self._upstream
+        if issubclass(kind, (TimeoutError, aiohttp.ServerTimeoutError)):
+            raise UpstreamTimeout(
+                f"Upstream {name!r} did not answer within {self._timeout:.1f}s.", upstream=name
+            ) from None
+        if issubclass(kind, aiohttp.ClientConnectorError):
+            raise UpstreamUnavailable(f"Cannot connect to upstream {name!r}.", upstream=name) from None
+        if issubclass(kind, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionError)):
+            raise UpstreamUnavailable(
+                f"Upstream {name!r} closed the connection.", code="upstream_disconnected", upstream=name
+            ) from None
+        if issubclass(kind, aiohttp.ClientPayloadError):
+            raise UpstreamError(
+                f"Upstream {name!r} sent an incomplete response.", code="upstream_incomplete", upstream=name
+            ) from None
+        if issubclass(kind, aiohttp.ClientError):
+            raise UpstreamError(f"Upstream {name!r} failed.", upstream=name) from None
 
 
 class StreamResponse:

@@ -68,34 +68,37 @@ FUNCTIONS = frozenset({"function", "function_call"})
 arguments JSON text."""
 
 
-def text_slots(endpoint: Endpoint, body: dict[str, Any], tool_descriptions: bool) -> Iterator[Slot]:
+def text_slots(endpoint: Endpoint, body: dict[str, Any], tool_descriptions: bool) -> list[Slot]:
     """Every text of a request body (chat or embeddings: one walk serves both)."""
+    slots: list[Slot] = []
     for key, value in body.items():
         if key in SCHEMAS:
             if tool_descriptions:
-                yield from _descriptions(value)
+                slots.extend(_descriptions(value))
         else:
-            yield from _texts(body, key, value)
+            _texts(body, key, value, slots)
+    return slots
 
 
-def _texts(container: dict[str, Any] | list[Any], key: Any, value: Any) -> Iterator[Slot]:
-    """The texts at `container[key]`, at any depth, less what is structure or not text."""
+def _texts(container: dict[str, Any] | list[Any], key: Any, value: Any, into: list[Slot]) -> None:
+    """The texts at `container[key]`, at any depth, less what is structure or not text, into
+    `into` (a walk that appends, not nested generators: it runs on every request)."""
     if isinstance(key, str):
         if key in STRUCTURAL or key in NOT_TEXT:
             return
         if key in FUNCTIONS and isinstance(value, dict):
             if isinstance(value.get("arguments"), str):
-                yield value, "arguments", True
+                into.append((value, "arguments", True))
             return
     if isinstance(value, str):
         if value and not _is_data_url(value):
-            yield container, key, False
+            into.append((container, key, False))
     elif isinstance(value, dict):
         for inner_key, inner in value.items():
-            yield from _texts(value, inner_key, inner)
+            _texts(value, inner_key, inner, into)
     elif isinstance(value, list):
         for index, inner in enumerate(value):
-            yield from _texts(value, index, inner)
+            _texts(value, index, inner, into)
 
 
 def _is_data_url(value: str) -> bool:
@@ -123,7 +126,7 @@ def redact_request(
     `block`. Kinds found are counted in `state.found` (kinds only, never values)."""
     mode = state.rules.request
     detector = state.detector
-    slots = list(text_slots(endpoint, body, tool_descriptions))
+    slots = text_slots(endpoint, body, tool_descriptions)
     if mode == "block":
         for container, key, _ in slots:
             state.found.update(found.kind for found in detector.find_remembered(container[key]))

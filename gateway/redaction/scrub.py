@@ -223,28 +223,39 @@ def _collect(value: Any, known: dict[str, None], into: list[str]) -> None:
     if isinstance(value, str):
         if value not in known and type(value) is not Verbatim:
             into.append(value)
-        return
-    if isinstance(value, dict):
-        value = value.values()
-    elif not isinstance(value, _SEQUENCES):
-        return
-    for item in value:
+    elif isinstance(value, dict):
+        _collect_items(value.values(), known, into)
+    elif isinstance(value, _SEQUENCES):
+        _collect_items(value, known, into)
+
+
+def _collect_items(items: Iterable[Any], known: dict[str, None], into: list[str]) -> None:
+    # The exact types a record holds are tried first, and an empty container costs no call:
+    # the decision log's record nests a dozen dicts and lists, several of them empty.
+    for item in items:
         kind = type(item)
         if kind is str:
             if item not in known:
                 into.append(item)
         elif kind in _SCALARS:
             continue
+        elif kind is dict:
+            if item:
+                _collect_items(item.values(), known, into)
+        elif kind is list or kind is tuple:
+            if item:
+                _collect_items(item, known, into)
         elif isinstance(item, str):
             if item not in known and kind is not Verbatim:
                 into.append(item)
-        elif isinstance(item, _CONTAINERS):
-            _collect(item, known, into)
+        elif isinstance(item, dict):
+            _collect_items(item.values(), known, into)
+        elif isinstance(item, _SEQUENCES):
+            _collect_items(item, known, into)
 
 
 # Tuples of types, not `X | Y` unions (slower in isinstance); the scalars a record holds most.
 _SEQUENCES = (list, tuple)
-_CONTAINERS = (dict, list, tuple)
 _SCALARS = frozenset({int, float, bool, type(None)})
 
 
