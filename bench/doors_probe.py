@@ -102,7 +102,13 @@ def probe(
             config = tmp / "gateway.yaml"
             config.write_text(json.dumps(_gateway_config(sim_port, port, hash_key(key), tmp)))
             counts_path = tmp / "gc.json"
-            env = {**os.environ, "PYTHONPATH": str(SITE), "TG_GC_PROBE": str(counts_path)}
+            # This tree after the site module: the site imports the doors before the worker's
+            # own path is set, which would otherwise find whatever tree is installed
+            env = {
+                **os.environ,
+                "PYTHONPATH": f"{SITE}{os.pathsep}{harness.ROOT}",
+                "TG_GC_PROBE": str(counts_path),
+            }
             if door_timing:
                 env["TG_DOOR_TIMING"] = "1"
             argv = [
