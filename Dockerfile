@@ -20,7 +20,8 @@ COPY policies /app/policies
 RUN mkdir /data && chown tollgate /data
 VOLUME /data
 USER tollgate
-ENV TOLLGATE_CONFIG=/app/tollgate.yaml PYTHONUNBUFFERED=1
+# TOLLGATE_CACHE_DIR: passed policy checks are remembered on the volume, so a restart skips them.
+ENV TOLLGATE_CONFIG=/app/tollgate.yaml TOLLGATE_CACHE_DIR=/data/cache PYTHONUNBUFFERED=1
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
   CMD python -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"
