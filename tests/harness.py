@@ -71,7 +71,9 @@ def recorded(sim: RunningSimulator, request_id: str) -> list[RecordedRequest]:
     return [r for r in list(sim.requests) if r.headers.get("x-request-id") == sent]
 
 
-def eventually(predicate: Callable[[], bool], seconds: float = 5.0) -> bool:
+def eventually(predicate: Callable[[], bool], seconds: float = 15.0) -> bool:
+    """Whether `predicate` turns true within `seconds`, polled; generous because the machine a
+    suite runs on may be busy, and free: it returns as soon as the predicate holds."""
     deadline = time.monotonic() + seconds
     while not predicate():
         if time.monotonic() > deadline:
