@@ -122,7 +122,7 @@ class Catalog:
                     and (kind.builtin or compilable(source))
                 )
                 shortest = min_width(source)
-                read = read_chars(source, kind.ignore_case) if filtered and shortest else None
+                read = read_chars(source, kind.ignore_case) if shortest else None
                 starts = first_chars(source, kind.ignore_case)
                 exact = _Exact(
                     kind.name,
@@ -222,11 +222,21 @@ class Catalog:
             # the hold another pattern already set. (The final scan searches every pattern, as
             # `find`'s exact reference.)
             # Worth its Hyperscan call only when there are a few patterns to spare a search.
+            # Text from `pos` on shorter than a pattern's shortest match cannot hold a complete
+            # one either (a window's text mostly is: a word or two), Hyperscan or not.
             if not final and len(patterns) >= _TAILS_FROM and text.isascii():
                 hits = self._prefilter.ending_from(text, pos)
         tails: list[tuple[int, int, _Exact]] = []
+        short = (
+            size - pos
+            if hits is not None or (not final and rest.isascii() and text.isascii())
+            else _UNBOUNDED
+        )
         for position, exact in enumerate(patterns):
-            if hits is not None and exact.tail_chars is not None and exact.prefiltered not in hits:
+            if exact.tail_chars is not None and (
+                short < exact.shortest
+                or (hits is not None and exact.prefiltered >= 0 and exact.prefiltered not in hits)
+            ):
                 tail = len(text.rstrip(exact.tail_chars))
                 tail = max(tail, pos)
                 if tail < size and exact.first_char is not None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gateway.redaction.detector import Catalog, Found
-from gateway.redaction.entities import BUILTIN
+from gateway.redaction.entities import BUILTIN, custom_pattern, literal_terms
 from gateway.redaction.scrub import marker
 from gateway.redaction.tokens import PlaceholderFinder, Vault
 from gateway.redaction.window import Finder, Replacement, SlidingWindow, redact_whole
@@ -181,16 +181,30 @@ def test_a_finished_long_entity_is_released_once_it_can_no_longer_grow() -> None
     assert window.holding == 0
 
 
+_WITH_CUSTOM = Catalog(
+    [
+        *BUILTIN,
+        custom_pattern("EMPLOYEE_ID", r"EMP-\d{6}(?![0-9])"),
+        custom_pattern("TICKET", r"(?i:tk)-[a-z]{2}\d{3}"),
+        literal_terms("CODENAME", ["Bluebird", "Night Jar"]),
+    ]
+).detector()
+
+
 @settings(max_examples=300, deadline=None)
-@given(texts, st.integers(0, 60))
-def test_a_streams_scan_holds_and_finds_as_searching_every_pattern(text: str, skip: int) -> None:
+@example(DETECTOR, "4222222222222 x", 0)
+@example(_WITH_CUSTOM, "id EMP-123456 ok", 3)
+@given(st.sampled_from([DETECTOR, _WITH_CUSTOM]), texts, st.integers(0, 60))
+def test_a_streams_scan_holds_and_finds_as_searching_every_pattern(
+    detector: Finder, text: str, skip: int
+) -> None:
     # An ASCII text's scan looks for a match in progress only where one can be (the text's tail
     # of the characters such a match reads); a non-ASCII character before the scanned stretch
     # turns that off and every pattern is searched from the scan's start. Both must agree.
-    text = "ab, " + text  # the scanned stretch starts after a few characters of context
-    pos = min(4 + skip, len(text))
-    fast_found, fast_hold = DETECTOR.scan(text, pos)
-    every_found, every_hold = DETECTOR.scan("é" + text, pos + 1)
+    text = "ab, " + text + " EMP-12345 tk-ab12 Night J"[: skip % 27]
+    pos = 4 + skip % (len(text) - 3)  # anywhere from the context's end to the text's
+    fast_found, fast_hold = detector.scan(text, pos)
+    every_found, every_hold = detector.scan("é" + text, pos + 1)
     assert fast_hold + 1 == every_hold
     assert [(f.start + 1, f.end + 1, f.kind) for f in fast_found] == [
         (f.start, f.end, f.kind) for f in every_found
