@@ -68,6 +68,21 @@ def boolean(value: Any, param: str) -> bool:
     return value
 
 
+def function_head(tool: dict[str, Any], index: int) -> dict[str, Any]:
+    """A tool's `name` and `description` as chat's `function` begins; its fields' names are
+    formatted only for an error."""
+    name = tool.get("name")
+    if not isinstance(name, str):
+        name = text(name, f"tools[{index}].name")  # raises: missing, or not a string
+    function: dict[str, Any] = {"name": name}
+    description = tool.get("description")
+    if description is not None:
+        if not isinstance(description, str):
+            raise invalid(f"tools[{index}].description", "must be a string")
+        function["description"] = description
+    return function
+
+
 def copy_extensions(body: dict[str, Any], into: dict[str, Any]) -> None:
     if "\n" + EXTENSION_PREFIX not in "\n" + "\n".join(body):  # most bodies: none, found in one scan
         return

@@ -23,6 +23,7 @@ import orjson
 from gateway.doors.fields import (
     array,
     copy_extensions,
+    function_head,
     invalid,
     missing,
     number,
@@ -281,16 +282,8 @@ def _tools(body: dict[str, Any], out: dict[str, Any]) -> None:
 
 
 def _function(tool: dict[str, Any], index: int) -> dict[str, Any]:
-    """A custom tool as chat's `function`; its fields' names are formatted only for an error."""
-    name = tool.get("name")
-    if not isinstance(name, str):
-        name = text(name, f"tools[{index}].name")  # raises: missing, or not a string
-    function: dict[str, Any] = {"name": name}
-    description = tool.get("description")
-    if description is not None:
-        if not isinstance(description, str):
-            raise invalid(f"tools[{index}].description", "must be a string")
-        function["description"] = description
+    """A custom tool as chat's `function`."""
+    function = function_head(tool, index)
     schema = tool.get("input_schema")
     if not isinstance(schema, dict):
         raise invalid(f"tools[{index}].input_schema", "must be an object")

@@ -23,6 +23,7 @@ from gateway.doors.fields import (
     array,
     boolean,
     copy_extensions,
+    function_head,
     invalid,
     missing,
     number,
@@ -219,16 +220,8 @@ def _tools(body: dict[str, Any], out: dict[str, Any]) -> None:
 
 
 def _function(tool: dict[str, Any], index: int) -> dict[str, Any]:
-    """A function tool as chat's `function`; its fields' names are formatted only for an error."""
-    name = tool.get("name")
-    if not isinstance(name, str):
-        name = text(name, f"tools[{index}].name")  # raises: missing, or not a string
-    function: dict[str, Any] = {"name": name}
-    description = tool.get("description")
-    if description is not None:
-        if not isinstance(description, str):
-            raise invalid(f"tools[{index}].description", "must be a string")
-        function["description"] = description
+    """A function tool as chat's `function`."""
+    function = function_head(tool, index)
     parameters = tool.get("parameters")
     if parameters is not None:
         if not isinstance(parameters, dict):
