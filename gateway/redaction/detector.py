@@ -29,7 +29,7 @@ import regex
 
 from gateway.redaction.entities import LOOKAHEAD, EntityKind
 from gateway.redaction.first_chars import first_chars, read_chars
-from gateway.redaction.in_progress import StreamPlan, search_from
+from gateway.redaction.in_progress import StreamPlan, search_from, tail_start
 from gateway.redaction.prefilter import Prefilter, compilable, max_width, min_width
 from gateway.redaction.seen import SeenTexts
 
@@ -212,6 +212,9 @@ class Catalog:
         rest = text[pos:]
         patterns: Sequence[_Exact] = plan.every
         hits = None
+        # Text from `pos` on shorter than a pattern's shortest match cannot hold a complete
+        # one (a window's text mostly is: a word or two), Hyperscan or not.
+        short = _UNBOUNDED
         if rest.isascii():
             patterns = plan.for_chars(frozenset(rest))
             # While the text may go on: a prefiltered pattern Hyperscan reports no match of
@@ -221,28 +224,18 @@ class Catalog:
             # first characters. Searched from there, and not at all when that is at or after
             # the hold another pattern already set. (The final scan searches every pattern, as
             # `find`'s exact reference.)
-            # Worth its Hyperscan call only when there are a few patterns to spare a search.
-            # Text from `pos` on shorter than a pattern's shortest match cannot hold a complete
-            # one either (a window's text mostly is: a word or two), Hyperscan or not.
-            if not final and len(patterns) >= _TAILS_FROM and text.isascii():
-                hits = self._prefilter.ending_from(text, pos)
+            if not final and text.isascii():
+                short = size - pos
+                # Worth its Hyperscan call only when there are a few patterns to spare a search.
+                if len(patterns) >= _TAILS_FROM:
+                    hits = self._prefilter.ending_from(text, pos)
         tails: list[tuple[int, int, _Exact]] = []
-        short = (
-            size - pos
-            if hits is not None or (not final and rest.isascii() and text.isascii())
-            else _UNBOUNDED
-        )
         for position, exact in enumerate(patterns):
             if exact.tail_chars is not None and (
                 short < exact.shortest
                 or (hits is not None and exact.prefiltered >= 0 and exact.prefiltered not in hits)
             ):
-                tail = len(text.rstrip(exact.tail_chars))
-                tail = max(tail, pos)
-                if tail < size and exact.first_char is not None:
-                    # and, in that tail, at one of its first characters
-                    first = exact.first_char.search(text, tail)
-                    tail = size if first is None else first.start()
+                tail = tail_start(exact, text, pos)
                 if tail < size:
                     tails.append((tail, position, exact))
                 continue

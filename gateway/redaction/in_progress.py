@@ -79,6 +79,18 @@ def search_from(
     return hold
 
 
+def tail_start(exact: _Exact, text: str, pos: int) -> int:
+    """Where a match of `exact` still in progress at the end of `text` can start, at `pos` or
+    later (`len(text)` when nowhere): in the text's tail of the characters such a match has
+    read (`tail_chars`), at one of its first characters."""
+    size = len(text)
+    tail = max(len(text.rstrip(exact.tail_chars)), pos)
+    if tail < size and exact.first_char is not None:
+        first = exact.first_char.search(text, tail)
+        tail = size if first is None else first.start()
+    return tail
+
+
 def _growing(exact: _Exact, text: str, at: int, match: Any) -> int | None:
     """The earliest start, from `at` to `match`'s, of a match that more text could still
     make or change (None when there is none): `match` is the leftmost the text holds now, a
