@@ -11,10 +11,10 @@ client gets it, for `previous_response_id`, `GET /v1/responses/{id}` and delete.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from os import urandom
 from typing import Any
 
 import orjson
@@ -129,22 +129,24 @@ class ResponsesDoor:
             history = stored.messages
         turn = input_messages(body)
         chat = chat_body(body, history, turn)
-        store = body.get("store") is not False and self.records is not None
+        records = self.records
+        store = records is not None and body.get("store") is not False
         if body.get("background") is True:
             _check_background(exchange, store, body)
         echo = _ECHOED.copy()  # the defaults, in order; then what the body has of them
-        for name in _ECHOED.keys() & body.keys():
-            echo[name] = body[name]
+        for name, value in body.items():
+            if name in _ECHOED:
+                echo[name] = value
         echo["store"] = store
-        exchange.door_state = ResponsesState(
-            response_id=exchange.job_id or f"resp_{secrets.token_hex(24)}",
-            created_at=int(time.time()),
-            echo=echo,
-            store=store,
-            history=history,
-            turn=turn,
-            records=self.records,
-            input=body.get("input"),
+        exchange.door_state = ResponsesState(  # positionally: the fields' order
+            exchange.job_id or f"resp_{urandom(24).hex()}",
+            int(time.time()),
+            echo,
+            store,
+            history,
+            turn,
+            records,
+            body.get("input"),
         )
         return chat
 
@@ -156,17 +158,17 @@ class ResponsesDoor:
         output: list[dict[str, Any]] = []
         reasoning = said.get("reasoning_content") or said.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
-            output.append(reasoning_item(f"rs_{secrets.token_hex(12)}", reasoning))
+            output.append(reasoning_item(f"rs_{urandom(12).hex()}", reasoning))
         content = said.get("content")
         if isinstance(content, str) and content:
-            output.append(message_item(f"msg_{secrets.token_hex(12)}", content))
+            output.append(message_item(f"msg_{urandom(12).hex()}", content))
         for call in said.get("tool_calls") or ():
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
                 output.append(
                     call_item(
-                        f"fc_{secrets.token_hex(12)}",
-                        call.get("id") or f"call_{secrets.token_hex(12)}",
+                        f"fc_{urandom(12).hex()}",
+                        call.get("id") or f"call_{urandom(12).hex()}",
                         function.get("name") or "",
                         function.get("arguments") or "",
                     )
@@ -253,7 +255,7 @@ async def finished(exchange: Exchange, output: list[dict[str, Any]], finish: str
     final["usage"] = usage(exchange.usage)
     if reason:
         final["incomplete_details"] = {"reason": reason}
-    if not await stored(exchange, final, output):
+    if state.store and not await stored(exchange, final, output):
         final["store"] = False
     return final
 

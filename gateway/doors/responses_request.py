@@ -17,6 +17,7 @@ docs/api-compat.md has the whole table.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gateway.doors.fields import (
@@ -39,6 +40,7 @@ _REFUSED = {
     "prompt": "Prompt templates",
 }
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+_FLAGS = ("store", "stream", "parallel_tool_calls", "background")  # booleans when given
 
 
 def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -59,50 +61,79 @@ def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
 def chat_body(
     body: dict[str, Any], history: list[dict[str, Any]], turn: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """The chat body: instructions, then the stored history, then this turn's input."""
-    model = body.get("model")
+    """The chat body: instructions, then the stored history, then this turn's input.
+
+    Run once per request, cold among the pipeline's code: each field is read once, and the
+    checks of the fields a body leaves out cost that one look-up."""
+    get = body.get
+    model = get("model")
     if model is None:
         raise missing("model")
     if not isinstance(model, str) or not model:
         raise invalid("model", "must be a non-empty string")
-    for name, what in _REFUSED.items():
-        if body.get(name) not in (None, False):
-            raise unsupported(name, what)
-    messages: list[dict[str, Any]] = []
-    instructions = body.get("instructions")
+    if get("conversation") not in (None, False):
+        raise unsupported("conversation", _REFUSED["conversation"])
+    if get("prompt") not in (None, False):
+        raise unsupported("prompt", _REFUSED["prompt"])
+    instructions = get("instructions")
     if instructions is not None and text(instructions, "instructions"):
-        messages.append({"role": "system", "content": instructions})
-    messages.extend(history)
-    messages.extend(turn)
+        messages = [{"role": "system", "content": instructions}, *history, *turn]
+    else:
+        messages = [*history, *turn]
     out: dict[str, Any] = {"model": model, "messages": messages}
-    _tools(body, out)
-    _format(body.get("text"), out)
-    if body.get("max_output_tokens") is not None:
-        out["max_tokens"] = positive_int(body["max_output_tokens"], "max_output_tokens")
-    reasoning = body.get("reasoning")
+    tools = get("tools")
+    if tools is not None:
+        _tools(tools, out)
+        if "tools" in out:
+            choice = get("tool_choice")
+            if choice is not None:
+                out["tool_choice"] = _choice(choice)
+            parallel = get("parallel_tool_calls")
+            if parallel is not None:
+                out["parallel_tool_calls"] = boolean(parallel, "parallel_tool_calls")
+    value = get("text")
+    if value is not None:
+        _format(value, out)
+    _options(get, out)
+    for name in _FLAGS:
+        value = get(name)
+        if value is not None and value.__class__ is not bool:
+            raise invalid(name, "must be a boolean")
+    value = get("metadata")
+    if value is not None and not isinstance(value, dict):
+        raise invalid("metadata", "must be an object")
+    if get("stream"):
+        # No `stream_options.include_usage`: the gateway asks the upstream for usage itself and
+        # records it (UsageGuard); the encoders read it there, so the usage chunk never reaches them.
+        out["stream"] = True
+    copy_extensions(body, out)
+    return out
+
+
+def _options(get: Callable[[str], Any], out: dict[str, Any]) -> None:
+    """The generation options, in chat's terms (`get`: the body's)."""
+    value = get("max_output_tokens")
+    if value is not None:
+        out["max_tokens"] = positive_int(value, "max_output_tokens")
+    reasoning = get("reasoning")
     if reasoning is not None:
         effort = obj(reasoning, "reasoning").get("effort")
         if effort is not None:
             if effort not in _EFFORTS:
                 raise invalid("reasoning.effort", f"must be one of {', '.join(sorted(_EFFORTS))}")
             out["reasoning_effort"] = effort
-    for name in ("temperature", "top_p"):
-        if body.get(name) is not None:
-            out[name] = number(body[name], name)
-    for name in ("user", "safety_identifier"):
-        if body.get(name) is not None:
-            out["user"] = text(body[name], name)
-    for name in ("store", "stream", "parallel_tool_calls", "background"):
-        if body.get(name) is not None:
-            boolean(body[name], name)
-    if body.get("metadata") is not None:
-        obj(body["metadata"], "metadata")
-    if body.get("stream"):
-        # No `stream_options.include_usage`: the gateway asks the upstream for usage itself and
-        # records it (UsageGuard); the encoders read it there, so the usage chunk never reaches them.
-        out["stream"] = True
-    copy_extensions(body, out)
-    return out
+    value = get("temperature")
+    if value is not None:
+        out["temperature"] = number(value, "temperature")
+    value = get("top_p")
+    if value is not None:
+        out["top_p"] = number(value, "top_p")
+    value = get("user")
+    if value is not None:
+        out["user"] = text(value, "user")
+    value = get("safety_identifier")
+    if value is not None:
+        out["user"] = text(value, "safety_identifier")
 
 
 def _item(item: dict[str, Any], param: str, messages: list[dict[str, Any]]) -> None:
@@ -192,31 +223,24 @@ def _part(part: dict[str, Any], param: str) -> dict[str, Any]:
     raise invalid(f"{param}.type", "must be one of input_text, input_image, output_text")
 
 
-def _tools(body: dict[str, Any], out: dict[str, Any]) -> None:
-    tools = body.get("tools")
-    if tools is not None:
-        functions: list[dict[str, Any]] = []
-        builtin: list[str] = []
-        for index, tool in enumerate(array(tools, "tools")):
-            if not isinstance(tool, dict):
-                raise invalid(f"tools[{index}]", "must be an object")
-            kind = tool.get("type")
-            if kind != "function":
-                builtin.append(str(kind))
-                continue
-            functions.append({"type": "function", "function": _function(tool, index)})
-        if builtin:
-            raise unsupported(
-                "tools",
-                f"Built-in tools ({', '.join(builtin)}; the gateway cannot run them, offer function tools)",
-            )
-        if functions:
-            out["tools"] = functions
-    choice = body.get("tool_choice")
-    if choice is not None and "tools" in out:
-        out["tool_choice"] = _choice(choice)
-    if body.get("parallel_tool_calls") is not None and "tools" in out:
-        out["parallel_tool_calls"] = boolean(body["parallel_tool_calls"], "parallel_tool_calls")
+def _tools(tools: Any, out: dict[str, Any]) -> None:
+    functions: list[dict[str, Any]] = []
+    builtin: list[str] = []
+    for index, tool in enumerate(array(tools, "tools")):
+        if not isinstance(tool, dict):
+            raise invalid(f"tools[{index}]", "must be an object")
+        kind = tool.get("type")
+        if kind != "function":
+            builtin.append(str(kind))
+            continue
+        functions.append({"type": "function", "function": _function(tool, index)})
+    if builtin:
+        raise unsupported(
+            "tools",
+            f"Built-in tools ({', '.join(builtin)}; the gateway cannot run them, offer function tools)",
+        )
+    if functions:
+        out["tools"] = functions
 
 
 def _function(tool: dict[str, Any], index: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ adds text or arguments to the open item (`chunks.py`) costs one read and one con
 
 from __future__ import annotations
 
-import secrets
+from os import urandom
 from typing import Any
 
 import orjson
@@ -87,17 +87,20 @@ _ARGUMENTS_DONE = (  # sequence, id, index, name, arguments
     b'event: response.function_call_arguments.done\ndata: {"type":"response.function_call_arguments.done",'
     b'"sequence_number":%d,"item_id":"%s","output_index":%d,"name":%s,"arguments":%s}\n\n'
 )
-_ITEM_ADDED = b',"output_index":%d,"item":%s}'
+_CALL_OPENED = (  # output_item.added: sequence, index, id, call_id, name (`_CALL`, no arguments yet)
+    b'event: response.output_item.added\ndata: {"type":"response.output_item.added","sequence_number":%d,'
+    b'"output_index":%d,"item":{"type":"function_call","id":"%s","call_id":%s,"name":%s,"arguments":"",'
+    b'"status":"in_progress"}}\n\n'
+)
 _ITEM_DONE = (  # sequence, index, item
     b'event: response.output_item.done\ndata: {"type":"response.output_item.done","sequence_number":%d,'
     b'"output_index":%d,"item":%s}\n\n'
 )
+_CALL_CLOSED = _ARGUMENTS_DONE + _ITEM_DONE
+_MESSAGE_DONE = _MESSAGE_CLOSED + _ITEM_DONE
 _RESPONSE = b',"response":{"status":"%s","output":[%s],"incomplete_details":%s,"usage":%s,"error":%s,%s}}'
-_FAST: dict[str, MoreReader] = {
-    "message": more_text,
-    "function_call": more_arguments,
-}  # what a fast chunk may add
-_ID_PREFIXES = {"message": "msg", "reasoning": "rs", "function_call": "fc"}
+_FAST: dict[str, MoreReader] = {"message": more_text}  # what a fast chunk may add to an open item
+_ID_PREFIXES = {"message": "msg", "reasoning": "rs"}
 
 
 def _head(kind: str) -> bytes:
@@ -124,11 +127,17 @@ _HEADS = {
         "response.completed",
     )
 }
+# The last event, by the response's status: sequence, then `_RESPONSE`'s fields
+_ENDED = {
+    status: _head(f"response.{status}") + b"%d" + _RESPONSE + b"\n\n"
+    for status in ("completed", "incomplete")
+}
 
 
 class ResponsesStream:
     __slots__ = (
-        "_call",
+        "_call_id",
+        "_call_name",
         "_delta_head",
         "_encoded",
         "_exchange",
@@ -157,7 +166,8 @@ class ResponsesStream:
         self._fast: MoreReader | None = None  # reads what a chunk adds to the open item
         self._fast_index: Any = None  # the chat index of the open function call
         self._text: list[str] = []  # the open item's text or arguments so far
-        self._call: dict[str, Any] = {}  # the open function call: chat index, call id, name
+        self._call_id = b""  # the open function call's call id and name, encoded
+        self._call_name = b""
         self._finish: str | None = None
         self._out: list[bytes] = []
         self._delta_head = b""  # the open item's delta event, up to its delta
@@ -184,7 +194,11 @@ class ResponsesStream:
             if isinstance(finish, str):
                 self._close()
                 self._finish = finish
-        return self._flush()
+        out = self._out  # `_flush`, inline: every chunk read in full ends here
+        if len(out) == 1:
+            return out.pop()
+        self._out = []
+        return b"".join(out)
 
     async def done(self) -> bytes:
         if not self._started:
@@ -206,7 +220,12 @@ class ResponsesStream:
                 return self._flush()
         incomplete = b'{"reason":"%s"}' % reason.encode() if reason else b"null"
         counted = dumps(usage(self._exchange.usage))
-        self._emit_fields(kind, self._response(status, incomplete, counted, b"null"))
+        sequence = self._sequence
+        self._sequence = sequence + 1
+        output = b",".join(self._encoded)
+        self._out.append(
+            _ENDED[status] % (sequence, status.encode(), output, incomplete, counted, b"null", self._shell)
+        )
         return self._flush()
 
     def error(self, error: GatewayError) -> bytes:
@@ -266,14 +285,9 @@ class ResponsesStream:
         index = call.get("index", 0)
         function = call.get("function")
         function = function if isinstance(function, dict) else {}
-        if self._kind != "function_call" or self._call.get("index") != index:
+        if self._kind != "function_call" or self._fast_index != index:
             self._close()
-            self._call = {
-                "index": index,
-                "call_id": call.get("id") or f"call_{secrets.token_hex(12)}",
-                "name": function.get("name") or "",
-            }
-            self._open("function_call")
+            self._open_call(index, call.get("id") or f"call_{urandom(12).hex()}", function.get("name") or "")
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
             self._text_delta(arguments)
@@ -284,15 +298,30 @@ class ResponsesStream:
         self._sequence += 1
         self._text.append(text)
 
+    def _open_call(self, index: Any, call_id: Any, name: Any) -> None:
+        """A function_call item's opening: its `output_item.added`, one template."""
+        self._kind = "function_call"
+        self._fast = more_arguments
+        self._fast_index = index
+        self._text = []
+        output_index = len(self._encoded)
+        # Item ids: the response's own random part and the item's place (unique, no syscall)
+        self._ident = ident = f"fc_{self._state.response_id[5:29]}{output_index:04x}".encode()
+        self._call_id = call_json = dumps(call_id)
+        self._call_name = name_json = dumps(name)
+        sequence = self._sequence
+        self._sequence = sequence + 1
+        self._out.append(_CALL_OPENED % (sequence, output_index, ident, call_json, name_json))
+        self._delta_head = _CALL_DELTA_HEAD % (ident, output_index)
+
     def _open(self, kind: str) -> None:
-        if self._kind == kind and kind != "function_call":
+        """A message or reasoning item's opening (function calls: `_open_call`)."""
+        if self._kind == kind:
             return
-        if kind != "function_call":
-            self._close()
-            self._call = {}
+        self._close()
         self._kind = kind
         self._fast = _FAST.get(kind)
-        self._fast_index = self._call.get("index")
+        self._fast_index = None
         self._text = []
         output_index = len(self._encoded)
         # Item ids: the response's own random part and the item's place (unique, no syscall)
@@ -305,12 +334,6 @@ class ResponsesStream:
             )
             self._sequence = sequence + 2
             self._delta_head = _TEXT_DELTA_HEAD % (ident, output_index)
-            return
-        if kind == "function_call":
-            call = self._call
-            item = _CALL % (ident, dumps(call["call_id"]), dumps(call["name"]), b'""', b"in_progress")
-            self._emit_fields("response.output_item.added", _ITEM_ADDED % (output_index, item))
-            self._delta_head = _CALL_DELTA_HEAD % (ident, output_index)
             return
         opened = {**reasoning_item(item_id, ""), "content": [], "status": "in_progress"}
         self._emit("response.output_item.added", {"output_index": output_index, "item": opened})
@@ -332,7 +355,7 @@ class ResponsesStream:
             text_json = dumps(text)
             part = _PART % text_json
             encoded = _MESSAGE % (ident, part)
-            closed = _MESSAGE_CLOSED % (
+            closed = _MESSAGE_DONE % (
                 sequence,
                 ident,
                 output_index,
@@ -341,22 +364,34 @@ class ResponsesStream:
                 ident,
                 output_index,
                 part,
+                sequence + 2,
+                output_index,
+                encoded,
             )
-            sequence += 2
+            self._sequence = sequence + 3
         elif kind == "function_call":
-            name = dumps(self._call["name"])
+            name = self._call_name
             arguments = dumps(text)
-            encoded = _CALL % (ident, dumps(self._call["call_id"]), name, arguments, b"completed")
-            closed = _ARGUMENTS_DONE % (sequence, ident, output_index, name, arguments)
-            sequence += 1
+            encoded = _CALL % (ident, self._call_id, name, arguments, b"completed")
+            closed = _CALL_CLOSED % (
+                sequence,
+                ident,
+                output_index,
+                name,
+                arguments,
+                sequence + 1,
+                output_index,
+                encoded,
+            )
+            self._sequence = sequence + 2
         else:
             item_id = ident.decode()
             encoded = dumps(reasoning_item(item_id, text))
             where = {"item_id": item_id, "output_index": output_index, "content_index": 0, "text": text}
             closed = b"%s%d,%s\n\n" % (_HEADS["response.reasoning_text.done"], sequence, dumps(where)[1:])
-            sequence += 1
-        self._out.append(closed + _ITEM_DONE % (sequence, output_index, encoded))
-        self._sequence = sequence + 1
+            closed += _ITEM_DONE % (sequence + 1, output_index, encoded)
+            self._sequence = sequence + 2
+        self._out.append(closed)
         self._encoded.append(encoded)
         self._kind = None
         self._fast = None
