@@ -20,7 +20,7 @@ from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from gateway.doors.messages import MessagesDoor
-from gateway.doors.responses import ResponsesDoor
+from gateway.doors.responses import ResponsesDoor, call_item, usage
 from gateway.exchange import Endpoint, Exchange, Principal, Tenant, Usage
 from gateway.ports import Chunk
 
@@ -240,3 +240,46 @@ def _content(events: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         blocks[index]["input"] = json.loads(arguments)
     assert open_block is None
     return blocks
+
+
+CALLS = [
+    ("call_1", "get_weather"),
+    ('call_"q"', 'wé"ird\\name'),
+    ("call_\u2028", "😀\x01"),
+    ("", ""),  # no id (one is made) and no name
+]
+
+
+@pytest.mark.parametrize(("call_id", "name"), CALLS)
+@pytest.mark.parametrize("finish", ["tool_calls", "length"])
+def test_responses_call_templates_are_the_generic_encoding(call_id: str, name: str, finish: str) -> None:
+    """A function call's events and the last event are byte templates: each event's data is
+    exactly what orjson makes of the same object, and each item is `call_item`'s, in its order."""
+    door = ResponsesDoor(None)
+    exchange = _exchange(door, {"model": "chat", "input": "q", "store": False, "stream": True})
+    arguments = '{"note": "\u2028😀\\"x\\""}'
+    chunks = _answer("", "", [(call_id, name, arguments)])
+    chunks[-1] = _chunk({}, finish)
+    raw = _stream(door, exchange, chunks)
+    events = _events(raw)
+    for block in raw[:-2].split(b"\n\n"):
+        data = block.split(b"\n")[1][6:]
+        assert orjson.dumps(orjson.loads(data)) == data
+    added = [data["item"] for kind, data in events if kind == "response.output_item.added"]
+    done = [data["item"] for kind, data in events if kind == "response.output_item.done"]
+    assert len(added) == len(done) == 1
+    item_id, made_id = added[0]["id"], added[0]["call_id"]
+    assert made_id == call_id or (not call_id and made_id.startswith("call_") and len(made_id) == 29)
+    assert list(added[0].items()) == list(call_item(item_id, made_id, name, "", "in_progress").items())
+    assert list(done[0].items()) == list(call_item(item_id, made_id, name, arguments).items())
+    (arguments_done,) = [data for kind, data in events if kind == "response.function_call_arguments.done"]
+    assert list(arguments_done) == ["type", "sequence_number", "item_id", "output_index", "name", "arguments"]
+    assert (arguments_done["name"], arguments_done["arguments"]) == (name, arguments)
+    last_kind, last = events[-1]
+    status = "completed" if finish == "tool_calls" else "incomplete"
+    assert last_kind == f"response.{status}"
+    assert last["response"]["status"] == status
+    assert last["response"]["output"] == done
+    reason = None if status == "completed" else {"reason": "max_output_tokens"}
+    assert last["response"]["incomplete_details"] == reason
+    assert last["response"]["usage"] == usage(exchange.usage)
