@@ -127,9 +127,15 @@ _HEADS = {
         "response.completed",
     )
 }
-# The last event, by the response's status: sequence, then `_RESPONSE`'s fields
+# The last event, by the response's status (no error): sequence, output, incomplete_details,
+# usage, the invariant fields
 _ENDED = {
-    status: _head(f"response.{status}") + b"%d" + _RESPONSE + b"\n\n"
+    status: _head(f"response.{status}")
+    + b"%d"
+    + _RESPONSE.replace(b'"status":"%s"', b'"status":"%s"' % status.encode()).replace(
+        b'"error":%s', b'"error":null'
+    )
+    + b"\n\n"
     for status in ("completed", "incomplete")
 }
 
@@ -203,12 +209,13 @@ class ResponsesStream:
     async def done(self) -> bytes:
         if not self._started:
             self._start()
-        self._close()
+        if self._kind is not None:
+            self._close()
         reason = INCOMPLETE.get(self._finish) if self._finish else None
         status = "incomplete" if reason else "completed"
-        kind = "response.completed" if status == "completed" else "response.incomplete"
         state = self._state
         if state.store:  # the record needs the whole object
+            kind = f"response.{status}"
             items = orjson.loads(b"[%s]" % b",".join(self._encoded))
             final = response_object(state, self._exchange.model_alias, status, items)
             final["usage"] = usage(self._exchange.usage)
@@ -222,10 +229,10 @@ class ResponsesStream:
         counted = dumps(usage(self._exchange.usage))
         sequence = self._sequence
         self._sequence = sequence + 1
-        output = b",".join(self._encoded)
-        self._out.append(
-            _ENDED[status] % (sequence, status.encode(), output, incomplete, counted, b"null", self._shell)
-        )
+        ended = _ENDED[status] % (sequence, b",".join(self._encoded), incomplete, counted, self._shell)
+        if not self._out:  # the usual end: the last item was closed by the finishing chunk
+            return ended
+        self._out.append(ended)
         return self._flush()
 
     def error(self, error: GatewayError) -> bytes:
@@ -286,7 +293,8 @@ class ResponsesStream:
         function = call.get("function")
         function = function if isinstance(function, dict) else {}
         if self._kind != "function_call" or self._fast_index != index:
-            self._close()
+            if self._kind is not None:
+                self._close()
             self._open_call(index, call.get("id") or f"call_{urandom(12).hex()}", function.get("name") or "")
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
