@@ -45,7 +45,8 @@ class _NoUserAgentRequest(aiohttp.ClientRequest):
     """aiohttp's request without the User-Agent header it would add (what the session's
     `skip_auto_headers=("User-Agent",)` does), and without that option's cost: a header
     dict built, sorted and merged for every request (docs/benchmarks.md, "Leases"). aiohttp's
-    other default headers (Accept, Accept-Encoding) are added as aiohttp adds them."""
+    other default headers (Accept, Accept-Encoding) are added as aiohttp adds them. A request's
+    own `skip_auto_headers` is not read: this module passes none."""
 
     def update_auto_headers(self, skip_auto_headers: Any) -> None:
         self._skip_auto_headers = _NO_USER_AGENT  # what aiohttp reads it for later (payload headers)
