@@ -386,9 +386,9 @@ def start_stack(procs: Processes, tmp: Path, upstream: str, nginx_workers: int) 
     return Stack(tmp, procs, kind, fast_port, sim_port, key, hash_key(key))
 
 
-def start_gateway(stack: Stack, workers: int, access_log: bool) -> Server:
-    port = free_port()
-    config = {
+def spine_config(stack: Stack, port: int, workers: int, access_log: bool) -> dict[str, Any]:
+    """The gateway with nothing on: the two upstreams, one tenant, the benchmark's key."""
+    return {
         "server": {
             "host": HOST,
             "port": port,
@@ -407,6 +407,11 @@ def start_gateway(stack: Stack, workers: int, access_log: bool) -> Server:
         "tenants": {"bench": {"models": ["*"]}},
         "keys": [{"tenant": "bench", "hash": stack.key_hash, "label": "bench"}],
     }
+
+
+def start_gateway(stack: Stack, workers: int, access_log: bool) -> Server:
+    port = free_port()
+    config = spine_config(stack, port, workers, access_log)
     name = f"gateway-w{workers}-{'log' if access_log else 'nolog'}"
     config_path = stack.tmp / f"{name}.yaml"
     config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML

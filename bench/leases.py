@@ -17,7 +17,8 @@ each with `--workers` workers (default 2):
 - whole-exact: the same with `state.leases: false` (every request reserved and settled on
   its own, as before leases);
 - base (with `--base REV`): the whole pipeline of that revision (a git worktree of it,
-  imported first), for the before/after of everything else.
+  imported first), for the before/after of everything else; and spine-base, that revision's
+  spine (when the spine is run).
 
 Per run: RPS, the server's CPU per request (its process tree), RSS per worker, and from the
 benchmark's Redis (INFO commandstats and INFO cpu, before and after): script calls per
@@ -164,6 +165,13 @@ def run_variants(args: argparse.Namespace) -> dict[str, Any]:
         if args.base:
             base = base_tree(args.base, tmp)
             starts["base"] = whole(None, base)
+            if "spine" in starts:  # the spine's own before/after
+
+                def spine_base(name: str, tree: Path = base) -> tuple[Any, int]:
+                    port = spine.free_port()
+                    return serve(stack, name, spine.spine_config(stack, port, args.workers, True), tree)
+
+                starts["spine-base"] = spine_base
         if args.profile:
             profiled = stream_script if args.profile_streams else script
             return profile_variant(stack, starts[args.profile], args, tmp, profiled)
@@ -353,6 +361,7 @@ def section(meta: dict[str, Any], result: dict[str, Any], args: argparse.Namespa
     ]
     for name, label in (
         ("floor", "floor proxy"),
+        ("spine-base", f"spine, {args.base} (before)"),
         ("spine", "spine (gateway, nothing on)"),
         ("base", f"whole pipeline, {args.base} (before)"),
         ("whole-exact", "whole pipeline, leases off"),

@@ -42,18 +42,22 @@ def _validate_chat(body: dict[str, Any]) -> None:
         raise _missing("messages")
     if not isinstance(messages, list) or not messages:
         raise _invalid("messages", "must be a non-empty array of message objects")
-    for index, message in enumerate(messages):
-        param = f"messages[{index}]"
+    for index, message in enumerate(messages):  # the parameter's name is made only for an error
         if not isinstance(message, dict):
-            raise _invalid(param, "must be an object")
+            raise _invalid(f"messages[{index}]", "must be an object")
         role = message.get("role")
-        if not isinstance(role, str):
-            raise _missing(f"{param}.role") if role is None else _invalid(f"{param}.role", "must be a string")
-        if role not in _MESSAGE_ROLES:
-            raise _invalid(f"{param}.role", f"must be one of {', '.join(sorted(_MESSAGE_ROLES))}")
+        if not isinstance(role, str) or role not in _MESSAGE_ROLES:
+            param = f"messages[{index}].role"
+            if role is None:
+                raise _missing(param)
+            if not isinstance(role, str):
+                raise _invalid(param, "must be a string")
+            raise _invalid(param, f"must be one of {', '.join(sorted(_MESSAGE_ROLES))}")
         content = message.get("content")
-        if content is not None and not isinstance(content, str | list):
-            raise _invalid(f"{param}.content", "must be a string, an array of content parts or null")
+        if content is not None and not isinstance(content, (str, list)):
+            raise _invalid(
+                f"messages[{index}].content", "must be a string, an array of content parts or null"
+            )
     _optional_type(body, "stream", bool, "a boolean")
     _optional_type(body, "stream_options", dict, "an object")
     options = body.get("stream_options")

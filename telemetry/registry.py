@@ -99,8 +99,11 @@ class Histogram:
         index = bisect_left(self._bounds, value)
         found.counts[index] += 1
         found.sum += value
-        found.min = min(found.min, value)
-        found.max = max(found.max, value)
+        # Comparisons rather than min() and max(): half the cost of an observation.
+        if value < found.min:  # noqa: PLR1730
+            found.min = value
+        if value > found.max:  # noqa: PLR1730
+            found.max = value
         if trace_id is not None:
             found.exemplars[index] = (trace_id, value, time.time())
 

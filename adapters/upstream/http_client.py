@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
+from multidict import CIMultiDict
 
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 
@@ -37,6 +38,24 @@ class RawResponse:
         return self._headers
 
 
+_NO_USER_AGENT: CIMultiDict[None] = CIMultiDict({"User-Agent": None})  # shared, never changed
+
+
+class _NoUserAgentRequest(aiohttp.ClientRequest):
+    """aiohttp's request without the User-Agent header it would add (what the session's
+    `skip_auto_headers=("User-Agent",)` does), and without that option's cost: a header
+    dict built, sorted and merged for every request (docs/benchmarks.md, "Leases"). aiohttp's
+    other default headers (Accept, Accept-Encoding) are added as aiohttp adds them. A request's
+    own `skip_auto_headers` is not read: this module passes none."""
+
+    def update_auto_headers(self, skip_auto_headers: Any) -> None:
+        self._skip_auto_headers = _NO_USER_AGENT  # what aiohttp reads it for later (payload headers)
+        headers = self.headers
+        for name, value in self.DEFAULT_HEADERS.items():
+            if name not in headers:
+                headers[name] = value
+
+
 class HttpClient:
     """A keep-alive connection pool towards one upstream."""
 
@@ -50,7 +69,7 @@ class HttpClient:
             cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=True,
             raise_for_status=False,
-            skip_auto_headers=("User-Agent",),
+            request_class=_NoUserAgentRequest,  # no User-Agent header: see the class
         )
 
     async def post(

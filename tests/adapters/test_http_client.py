@@ -127,3 +127,41 @@ async def test_a_stream_event_that_never_ends_is_a_malformed_chunk_not_a_growing
             await client.aclose()
     assert raised.value.code == "upstream_malformed_chunk"
     assert sum(sent) < 64 * 1024 * 1024  # it stopped reading: the upstream could not send it all
+
+
+async def test_an_upstream_is_sent_the_callers_headers_and_aiohttps_defaults_but_no_user_agent() -> None:
+    """Every request (whole, stream, health check, a large body sent in pieces) carries the
+    caller's headers, aiohttp's Accept and Accept-Encoding, and no User-Agent."""
+    seen: list[dict[str, str]] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        seen.append({k.lower(): v for k, v in request.headers.items()})
+        return web.json_response({"ok": True})
+
+    app = web.Application(client_max_size=8 * 1024 * 1024)
+    app.router.add_get("/health", answer)
+    async with serving(app, answer) as port:
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        sent = {"content-type": "application/json", "x-request-id": "abc"}
+        client = HttpClient("headers", max_connections=4, connect_timeout=2.0)
+        try:
+            await client.post(url, b"{}", dict(sent), 5.0)
+            await client.post(url, b"[" + b" " * (2 * 1024 * 1024) + b"]", dict(sent), 5.0)
+            stream = await client.open_stream(url, b"{}", {**sent, "accept": "text/event-stream"}, 5.0, 5.0)
+            await stream.read()
+            stream.close()
+            await client.get(f"http://127.0.0.1:{port}/health", {}, 5.0)
+        finally:
+            await client.aclose()
+    assert len(seen) == 4
+    for headers in seen:
+        assert "user-agent" not in headers
+        assert headers["accept-encoding"]
+    for headers in seen[:2]:
+        assert headers["content-type"] == "application/json"
+        assert headers["x-request-id"] == "abc"
+        assert headers["accept"] == "*/*"
+    assert seen[1]["content-length"] == str(2 * 1024 * 1024 + 2)
+    assert seen[2]["accept"] == "text/event-stream"
+    assert seen[3]["accept"] == "*/*"

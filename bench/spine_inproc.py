@@ -1,0 +1,187 @@
+"""The spine in process: the gateway with nothing on (access log on), its ASGI application
+driven directly, with no HTTP server in front, against the benchmark's nginx; the CPU this
+process spends per request. This tree against a git revision's, alternating, in one run.
+
+    python -m bench.spine_inproc [--base REV] [--repeats R] [--requests N]
+
+What the HTTP server (uvicorn) costs is left out, and so is most of the machine's noise: the
+figure is the application's own work per request (admission, the stages, the forward with
+aiohttp, the finishers), which is what a change to the spine changes. Each measurement runs
+in a fresh process (`--child`), 64 requests at once; the least of its rounds is kept, and the
+medians over the repeats are compared. `python -m bench.leases` gives the end-to-end figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+CONCURRENCY = 64
+CHAT = json.dumps(
+    {
+        "model": "bench-model",
+        "messages": [
+            {"role": "system", "content": "You are a terse assistant."},
+            {"role": "user", "content": "Say hello to the overhead benchmark in one short sentence, please."},
+        ],
+        "max_tokens": 16,
+        "temperature": 0,
+    },
+    separators=(",", ":"),
+).encode()
+
+
+def child(port: int, requests: int, rounds: int) -> None:
+    """In the tree on sys.path: the spine's app, its lifespan started, then `rounds` rounds of
+    `requests` requests; prints the CPU microseconds per request of each round as JSON."""
+    import uvloop
+
+    from gateway.app import create_app
+    from gateway.config import load_config
+    from gateway.keys import generate_key, hash_key
+    from gateway.logs import configure_logging
+    from gateway.redaction.settings import scrubber_for
+    from gateway.serve import tune_gc
+
+    key = generate_key()
+    config_doc = {
+        "server": {"host": "127.0.0.1", "port": 1, "workers": 1, "access_log": True, "log_level": "info"},
+        "upstreams": {"fast": {"kind": "openai_compat", "base_url": f"http://127.0.0.1:{port}/v1"}},
+        "models": {"bench-model": [{"upstream": "fast", "model": "bench-upstream-model"}]},
+        "tenants": {"bench": {"models": ["*"]}},
+        "keys": [{"tenant": "bench", "hash": hash_key(key), "label": "bench"}],
+    }
+    path = Path(tempfile.mkdtemp(prefix="tollgate-spine-inproc-")) / "config.yaml"
+    path.write_text(json.dumps(config_doc))  # JSON is YAML
+    config = load_config(path)
+    out = sys.stdout
+    sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the access lines, for the process's life)
+    configure_logging("info", scrubber_for(config))
+    app = create_app(config)
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"content-type", b"application/json"),
+        (b"authorization", f"Bearer {key}".encode()),
+        (b"content-length", str(len(CHAT)).encode()),
+    ]
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
+    scope |= {"query_string": b"", "http_version": "1.1", "scheme": "http"}
+
+    async def main() -> list[float]:
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        inbox.put_nowait({"type": "lifespan.startup"})
+        lifespan = asyncio.ensure_future(app({"type": "lifespan"}, inbox.get, outbox.put))
+        started = await outbox.get()
+        if started["type"] != "lifespan.startup.complete":
+            raise SystemExit(f"the gateway did not start: {started}")
+        tune_gc()
+        statuses: set[int] = set()
+
+        async def one() -> None:
+            received = False
+
+            async def receive() -> dict[str, Any]:
+                nonlocal received
+                if not received:
+                    received = True
+                    return {"type": "http.request", "body": CHAT, "more_body": False}
+                await asyncio.Event().wait()  # never disconnects
+                raise AssertionError
+
+            async def send(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    statuses.add(message["status"])
+
+            await app(dict(scope), receive, send)
+
+        async def client(count: int) -> None:
+            for _ in range(count):
+                await one()
+
+        await asyncio.gather(*(client(20) for _ in range(CONCURRENCY)))  # warm-up
+        each = max(requests // CONCURRENCY, 1)
+        figures = []
+        for _ in range(rounds):
+            began = time.process_time()
+            await asyncio.gather(*(client(each) for _ in range(CONCURRENCY)))
+            figures.append(1e6 * (time.process_time() - began) / (each * CONCURRENCY))
+        if statuses != {200}:
+            raise SystemExit(f"answers other than 200: {statuses}")
+        inbox.put_nowait({"type": "lifespan.shutdown"})
+        await lifespan
+        return figures
+
+    print(json.dumps(uvloop.run(main())), file=out)
+
+
+def measure(tree: Path, port: int, args: argparse.Namespace) -> float:
+    """The least of a fresh process's rounds, with `tree`'s packages first on its path."""
+    code = (
+        f"import runpy, sys; sys.path.insert(0, {str(tree)!r}); "
+        f"sys.argv = ['spine_inproc', '--child', '--port', '{port}', '--requests', '{args.requests}', "
+        f"'--rounds', '{args.rounds}']; runpy.run_path({__file__!r}, run_name='__main__')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{tree}: {done.stderr.strip()[-800:]}")
+    return min(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    from bench import harness
+    from bench.leases import base_tree
+
+    procs = harness.Processes()
+    tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-spine-inproc-"))
+    trees = {"this": harness.ROOT}
+    try:
+        _, port = harness.start_nginx(procs, tmp, 1)
+        if args.base:
+            trees["base"] = base_tree(args.base, tmp)
+        figures: dict[str, list[float]] = {name: [] for name in trees}
+        for _ in range(args.repeats):
+            for name, tree in trees.items():
+                figures[name].append(measure(tree, port, args))
+                print(f"{name:5s} {figures[name][-1]:7.1f} us/request", flush=True)
+        medians = {name: statistics.median(values) for name, values in figures.items()}
+        return {"runs": figures, "medians": medians}
+    finally:
+        procs.stop_all()
+        if "base" in trees:
+            remove = ["git", "-C", str(harness.ROOT), "worktree", "remove", "--force", str(trees["base"])]
+            subprocess.run(remove, check=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.spine_inproc")
+    parser.add_argument("--base", help="also this git revision's spine (before)")
+    parser.add_argument("--repeats", type=int, default=4, help="fresh processes per tree, alternating")
+    parser.add_argument("--requests", type=int, default=6000, help="requests per round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per process (the least is kept)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.port, args.requests, args.rounds)
+        return 0
+    result = compare(args)
+    medians = result["medians"]
+    line = "  ".join(f"{name} {value:.1f} us" for name, value in medians.items())
+    if "base" in medians:
+        line += f"  this/base {medians['this'] / medians['base']:.3f}"
+    print(f"medians: {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
