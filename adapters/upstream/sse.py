@@ -129,19 +129,38 @@ class SseChunkStream:
 
     def ready(self) -> int:
         """How many more chunks the stream hands out without waiting for the upstream (those
-        of the block last read), so that a relay can send them together."""
+        of the block last read), so that a relay can send them together; 0 at the stream's
+        first chunk, which goes out on its own."""
         return self._ready
 
     async def _chunks(self) -> AsyncIterator[Chunk]:
         batches = sse_batches(self._response.blocks())
+        started = False
         try:
             async for batch in batches:
-                # The block's chunks are parsed before the first is handed out, so `ready`
+                payloads = batch
+                if not started:
+                    # The stream's first chunk is handed out before the rest of its block is
+                    # parsed: the relay sends it at once, whatever `ready` says (0 here).
+                    for position, payload in enumerate(batch):
+                        if payload == b"[DONE]":
+                            async for _ in batches:  # read to the end so the connection can be reused
+                                pass
+                            return
+                        first = self._chunk(payload)
+                        if first is not None:
+                            started = True
+                            yield first
+                            payloads = batch[position + 1 :]
+                            break
+                    else:
+                        continue
+                # The block's other chunks are parsed before the next is handed out, so `ready`
                 # counts them; a malformed one fails the stream after those before it.
                 chunks: list[Chunk] = []
                 failed: UpstreamError | None = None
                 done = False
-                for payload in batch:
+                for payload in payloads:
                     if payload == b"[DONE]":
                         done = True
                         break

@@ -101,7 +101,8 @@ async def test_a_chunk_stream_says_how_many_chunks_of_the_block_in_hand_are_left
     second = _chunk_event(4, "stop") + b"data: [DONE]\n\n"
     stream = SseChunkStream(_Response(first, second), "up")  # type: ignore[arg-type]
     seen = [(chunk.data["choices"][0]["delta"]["content"], stream.ready()) async for chunk in stream]
-    assert seen == [("t1", 2), ("t2", 1), ("t3", 0), ("t4", 0)]  # [DONE] is no chunk
+    # The first chunk is handed out before the rest of its block is parsed; [DONE] is no chunk.
+    assert seen == [("t1", 0), ("t2", 1), ("t3", 0), ("t4", 0)]
 
 
 async def test_a_malformed_chunk_fails_the_stream_after_the_chunks_before_it_in_its_block() -> None:
@@ -111,5 +112,12 @@ async def test_a_malformed_chunk_fails_the_stream_after_the_chunks_before_it_in_
     with pytest.raises(UpstreamError) as caught:
         async for chunk in stream:
             seen.append((chunk.data["choices"][0]["delta"]["content"], stream.ready()))
-    assert seen == [("t1", 1), ("t2", 0)]
+    assert seen == [("t1", 0), ("t2", 0)]
     assert caught.value.code == "upstream_malformed_chunk"
+    # In a later block too: the chunks before the malformed one, then the failure.
+    stream = SseChunkStream(_Response(_chunk_event(1), block), "up")  # type: ignore[arg-type]
+    seen = []
+    with pytest.raises(UpstreamError):
+        async for chunk in stream:
+            seen.append((chunk.data["choices"][0]["delta"]["content"], stream.ready()))
+    assert seen == [("t1", 0), ("t1", 1), ("t2", 0)]
