@@ -44,15 +44,20 @@ class OpenStream:
 class _LeasedStream:
     """A started stream that gives its replica's in-flight slot back when it is closed."""
 
-    __slots__ = ("_pool", "_replica", "_stream")
+    __slots__ = ("_pool", "_ready", "_replica", "_stream")
 
     def __init__(self, stream: ChunkStream, pool: ReplicaPool, replica: int) -> None:
         self._stream = stream
+        self._ready: Callable[[], int] | None = getattr(stream, "ready", None)
         self._pool: ReplicaPool | None = pool
         self._replica = replica
 
     def __aiter__(self) -> AsyncIterator[Chunk]:
         return aiter(self._stream)
+
+    def ready(self) -> int:
+        """Chunks the stream hands out without waiting for the upstream (0 if it cannot tell)."""
+        return self._ready() if self._ready is not None else 0
 
     async def aclose(self) -> None:
         try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.doors.openai import OPENAI_STREAM
@@ -101,21 +101,35 @@ class Pipeline:
         """Server-sent events for the client, chunk by chunk, through the guards, then
         through the door's encoder (OpenAI's chunks as they are, by default).
 
+        The first events go out as soon as they are ready; after them, the events of the
+        chunks one upstream read brought (those the stream has in hand, `ready`) go out
+        together, as one message, when the last of them has been through the guards.
+
         A failure mid-stream (the upstream's, or a guard's) becomes an error event and the stream ends without
         [DONE], which OpenAI clients report as an error. The upstream stream is closed in
         every case, including when the client goes away and this generator is cancelled.
         """
         deadline = StreamDeadline(exchange.deadline)
+        ready: Callable[[], int] = getattr(opened.stream, "ready", _none_ready)
+        held: list[bytes] = []  # events not sent yet: their chunks' read has more chunks in hand
+        started = False
         try:
             chunk = opened.first
             while chunk is not None:
                 for out in self._guard_chunk(exchange, chunk, 0):
                     if event := encoder.chunk(out):
-                        yield event
+                        held.append(event)
+                if held and (not started or not ready()):
+                    yield held[0] if len(held) == 1 else b"".join(held)
+                    held.clear()
+                    started = True
                 chunk = await deadline.next(opened.chunks)
+            if held:  # a stream that said it had more in hand, and ended
+                yield b"".join(held)
+                held.clear()
             for index, guard in enumerate(self.guards):
-                for held in guard.on_end(exchange):
-                    for out in self._guard_chunk(exchange, held, index + 1):
+                for held_chunk in guard.on_end(exchange):
+                    for out in self._guard_chunk(exchange, held_chunk, index + 1):
                         if event := encoder.chunk(out):
                             yield event
             yield await encoder.done()
@@ -127,7 +141,12 @@ class Pipeline:
                     exc = refused
             exchange.status = exc.status
             exchange.error_code = exc.code
-            yield encoder.error(exc)
+            held.append(encoder.error(exc))
+            yield b"".join(held)
+        except Exception:
+            if held:  # what came before the failure goes out, as it would have one by one
+                yield b"".join(held)
+            raise
         finally:
             deadline.close()
             await opened.stream.aclose()
@@ -153,3 +172,8 @@ class Pipeline:
                 logger.exception(
                     "finisher failed", extra={"request_id": exchange.request_id, "finisher": finisher.name}
                 )
+
+
+def _none_ready() -> int:
+    """A stream that cannot tell what it has in hand: each chunk's events go out on their own."""
+    return 0

@@ -122,22 +122,65 @@ class SseChunkStream:
         self._upstream = upstream
         self._shape = shape
         self._finished = False  # a chunk as the upstream sent it had a finish reason
+        self._ready = 0  # chunks of the block in hand not handed out yet
 
     def __aiter__(self) -> AsyncIterator[Chunk]:
         return self._chunks()
 
+    def ready(self) -> int:
+        """How many more chunks the stream hands out without waiting for the upstream (those
+        of the block last read), so that a relay can send them together; 0 at the stream's
+        first chunk, which goes out on its own."""
+        return self._ready
+
     async def _chunks(self) -> AsyncIterator[Chunk]:
         batches = sse_batches(self._response.blocks())
+        started = False
         try:
             async for batch in batches:
-                for payload in batch:
+                payloads = batch
+                if not started:
+                    # The stream's first chunk is handed out before the rest of its block is
+                    # parsed: the relay sends it at once, whatever `ready` says (0 here).
+                    for position, payload in enumerate(batch):
+                        if payload == b"[DONE]":
+                            async for _ in batches:  # read to the end so the connection can be reused
+                                pass
+                            return
+                        first = self._chunk(payload)
+                        if first is not None:
+                            started = True
+                            yield first
+                            payloads = batch[position + 1 :]
+                            break
+                    else:
+                        continue
+                # The block's other chunks are parsed before the next is handed out, so `ready`
+                # counts them; a malformed one fails the stream after those before it.
+                chunks: list[Chunk] = []
+                failed: UpstreamError | None = None
+                done = False
+                for payload in payloads:
                     if payload == b"[DONE]":
-                        async for _ in batches:  # read to the end so the connection can be reused
-                            pass
-                        return
-                    chunk = self._chunk(payload)
+                        done = True
+                        break
+                    try:
+                        chunk = self._chunk(payload)
+                    except UpstreamError as exc:
+                        failed = exc
+                        break
                     if chunk is not None:
-                        yield chunk
+                        chunks.append(chunk)
+                self._ready = len(chunks)
+                for chunk in chunks:
+                    self._ready -= 1
+                    yield chunk
+                if failed is not None:
+                    raise failed
+                if done:
+                    async for _ in batches:  # read to the end so the connection can be reused
+                        pass
+                    return
         except EventTooLarge:
             raise UpstreamError(
                 f"Upstream {self._upstream!r} sent a stream event too large to hold.",

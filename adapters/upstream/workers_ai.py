@@ -372,6 +372,9 @@ class _NativeChunkStream:
     def __aiter__(self) -> AsyncIterator[Chunk]:
         return self._chunks()
 
+    def ready(self) -> int:
+        return self._inner.ready()  # the closing chunk, if any, comes after the inner stream's end
+
     async def _chunks(self) -> AsyncIterator[Chunk]:
         finished = False
         last: dict[str, Any] = {}

@@ -61,4 +61,5 @@ class Redact:
                 raise RedactionFailed(exchange.request_id) from None
             self._counters.failed_open += 1
         finally:
-            self._counters.entities.update(state.found)
+            if state.found:  # most requests hold none: no update of the running totals to make
+                self._counters.entities.update(state.found)

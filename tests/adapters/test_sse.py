@@ -1,13 +1,15 @@
 """Server-sent events: the data of each event, whatever the line endings, extra fields and
-the places the body's blocks end."""
+the places the body's blocks end; and the chunks they carry, with how many are in hand."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters.upstream.sse import EventTooLarge, SseEvents, sse_batches
+from adapters.upstream.sse import EventTooLarge, SseChunkStream, SseEvents, sse_batches
+from gateway.errors import UpstreamError
 
 
 async def _blocks(*blocks: bytes) -> AsyncIterator[bytes]:
@@ -73,3 +75,49 @@ def test_an_event_is_held_only_up_to_its_bound() -> None:
     with pytest.raises(EventTooLarge):
         for _ in range(10):
             parser.feed(b"data: " + b"z" * 10 + b"\n")  # data lines of one event that never ends
+
+
+class _Response:
+    """A started upstream answer whose body arrives in the given blocks."""
+
+    def __init__(self, *blocks: bytes) -> None:
+        self._blocks = blocks
+
+    async def blocks(self) -> AsyncIterator[bytes]:
+        for block in self._blocks:
+            yield block
+
+    def close(self) -> None:
+        pass
+
+
+def _chunk_event(n: int, finish: str | None = None) -> bytes:
+    choice = {"index": 0, "delta": {"content": f"t{n}"}, "finish_reason": finish}
+    return b"data: " + json.dumps({"object": "chat.completion.chunk", "choices": [choice]}).encode() + b"\n\n"
+
+
+async def test_a_chunk_stream_says_how_many_chunks_of_the_block_in_hand_are_left() -> None:
+    first = _chunk_event(1) + _chunk_event(2) + _chunk_event(3)
+    second = _chunk_event(4, "stop") + b"data: [DONE]\n\n"
+    stream = SseChunkStream(_Response(first, second), "up")  # type: ignore[arg-type]
+    seen = [(chunk.data["choices"][0]["delta"]["content"], stream.ready()) async for chunk in stream]
+    # The first chunk is handed out before the rest of its block is parsed; [DONE] is no chunk.
+    assert seen == [("t1", 0), ("t2", 1), ("t3", 0), ("t4", 0)]
+
+
+async def test_a_malformed_chunk_fails_the_stream_after_the_chunks_before_it_in_its_block() -> None:
+    block = _chunk_event(1) + _chunk_event(2) + b"data: {not json\n\n" + _chunk_event(3)
+    stream = SseChunkStream(_Response(block), "up")  # type: ignore[arg-type]
+    seen: list[tuple[str, int]] = []
+    with pytest.raises(UpstreamError) as caught:
+        async for chunk in stream:
+            seen.append((chunk.data["choices"][0]["delta"]["content"], stream.ready()))
+    assert seen == [("t1", 0), ("t2", 0)]
+    assert caught.value.code == "upstream_malformed_chunk"
+    # In a later block too: the chunks before the malformed one, then the failure.
+    stream = SseChunkStream(_Response(_chunk_event(1), block), "up")  # type: ignore[arg-type]
+    seen = []
+    with pytest.raises(UpstreamError):
+        async for chunk in stream:
+            seen.append((chunk.data["choices"][0]["delta"]["content"], stream.ready()))
+    assert seen == [("t1", 0), ("t1", 1), ("t2", 0)]
