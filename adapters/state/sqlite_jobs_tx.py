@@ -40,10 +40,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished_at REAL, status INTEGER, body BLOB, keep_until REAL,
     causes TEXT NOT NULL DEFAULT '{}'
 );
-CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (state, visible_at);
-CREATE INDEX IF NOT EXISTS jobs_lapsed ON jobs (state, lease_until);
+DROP INDEX IF EXISTS jobs_ready;
+DROP INDEX IF EXISTS jobs_lapsed;
+DROP INDEX IF EXISTS jobs_keep;
+CREATE INDEX IF NOT EXISTS jobs_queued ON jobs (visible_at) WHERE state = 'queued';
+CREATE INDEX IF NOT EXISTS jobs_running ON jobs (lease_until) WHERE state = 'running';
 CREATE INDEX IF NOT EXISTS jobs_batch ON jobs (batch_id, line);
-CREATE INDEX IF NOT EXISTS jobs_keep ON jobs (keep_until);
+CREATE INDEX IF NOT EXISTS jobs_kept ON jobs (keep_until) WHERE keep_until IS NOT NULL;
 CREATE TABLE IF NOT EXISTS job_files (
     id TEXT PRIMARY KEY, tenant TEXT NOT NULL, purpose TEXT NOT NULL, filename TEXT NOT NULL,
     bytes INTEGER NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL, content BLOB NOT NULL
@@ -74,26 +77,41 @@ def insert_jobs(db: sqlite3.Connection, now: float, jobs: list[NewJob]) -> None:
 
 
 def claim(db: sqlite3.Connection, now: float, worker: str, limit: int, visibility_s: float) -> list[Claim]:
-    rows = db.execute(
-        "SELECT id FROM jobs WHERE state = 'queued' AND visible_at <= ? ORDER BY visible_at LIMIT ?",
-        (now, limit),
-    ).fetchall()
+    """Up to `limit` queued jobs, the longest visible first, then jobs whose claim lapsed; each
+    kind taken by one UPDATE, its token this claim's followed by the job's id."""
+    token = f"{worker}:{uuid.uuid4().hex}:"
+    lease_until = now + visibility_s
+    rows = db.execute(_CLAIM_QUEUED, (token, lease_until, now, limit)).fetchall()
+    rows.sort(key=_visible_order)
     if len(rows) < limit:
-        rows += db.execute(
-            "SELECT id FROM jobs WHERE state = 'running' AND lease_until <= ? ORDER BY lease_until LIMIT ?",
-            (now, limit - len(rows)),
-        ).fetchall()
-    claims = []
-    for (job_id,) in rows:
-        token = f"{worker}:{uuid.uuid4().hex}"
-        row = db.execute(
-            "UPDATE jobs SET state = 'running', token = ?, attempts = attempts + 1, started = 1,"
-            " lease_until = ? WHERE id = ? RETURNING id, tenant, payload, attempts, created_at, expires_at,"
-            " batch_id, custom_id",
-            (token, now + visibility_s, job_id),
-        ).fetchone()
-        claims.append(Claim(row[0], row[1], row[2], token, row[3], row[4], row[5], row[6], row[7]))
-    return claims
+        lapsed = db.execute(_CLAIM_LAPSED, (token, lease_until, now, limit - len(rows))).fetchall()
+        lapsed.sort(key=_rowid)
+        rows += lapsed
+    return [Claim(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]) for r in rows]
+
+
+# RETURNING gives rows in no set order: each comes back with its rowid and visible_at (which a
+# claim leaves alone) so that the claims keep the order the SELECT chose them in.
+_CLAIM_SET = (
+    "UPDATE jobs SET state = 'running', token = ?1 || id, attempts = attempts + 1, started = 1,"
+    " lease_until = ?2 WHERE rowid IN ({chosen}) RETURNING id, tenant, payload, token, attempts, created_at,"
+    " expires_at, batch_id, custom_id, visible_at, rowid"
+)
+_CLAIM_QUEUED = _CLAIM_SET.format(
+    chosen="SELECT rowid FROM jobs WHERE state = 'queued' AND visible_at <= ?3 ORDER BY visible_at LIMIT ?4"
+)
+_CLAIM_LAPSED = _CLAIM_SET.format(
+    chosen="SELECT rowid FROM jobs WHERE state = 'running' AND lease_until <= ?3"
+    " ORDER BY lease_until LIMIT ?4"
+)
+
+
+def _visible_order(row: Any) -> tuple[float, int]:
+    return row[9], row[10]
+
+
+def _rowid(row: Any) -> int:
+    return int(row[10])
 
 
 def extend(db: sqlite3.Connection, now: float, claim: Claim, visibility_s: float) -> bool:
@@ -392,9 +410,12 @@ def delete_webhook(db: sqlite3.Connection, now: float, tenant: str, hook_id: str
 
 
 def depth(db: sqlite3.Connection, now: float) -> list[QueueDepth]:
+    # Two scans, one per state's partial index, rather than one over every job kept.
     rows = db.execute(
-        "SELECT tenant, SUM(state = 'queued'), SUM(state = 'running'), MIN(created_at) FROM jobs"
-        " WHERE state IN ('queued', 'running') GROUP BY tenant ORDER BY tenant"
+        "SELECT tenant, SUM(queued), SUM(running), MIN(created_at) FROM ("
+        " SELECT tenant, 1 AS queued, 0 AS running, created_at FROM jobs WHERE state = 'queued' UNION ALL"
+        " SELECT tenant, 0, 1, created_at FROM jobs WHERE state = 'running'"
+        ") GROUP BY tenant ORDER BY tenant"
     ).fetchall()
     return [QueueDepth(tenant, queued, running, oldest) for tenant, queued, running, oldest in rows]
 
