@@ -4,8 +4,8 @@ Keys: `s:<session>` hash {f first seen us, l last seen us, t turns, i/c/o input,
 output tokens, u cost micros, fi/li first and last turn's input, g last growth, m/up/r last
 model alias, upstream, replica, w workflow, dd decision ids dropped, due, dt due turn, k 1 once
 `sc` holds a checkpoint}; `sd:<session>` list of decision ids (newest last); `sc:<session>`
-list of checkpoints (JSON); `sx` zset of the tenant's sessions by last seen (ms), for the operators' listing. All expire
-after the session's idle time.
+list of checkpoints (JSON); `sx` zset of the tenant's sessions by last seen (ms), for the
+operators' listing. All expire after the session's idle time.
 
 The update rides on the settle script (`settle_with_session`): the session's keys and
 arguments are appended to the settle's and taken off again before the settle's own body
@@ -174,8 +174,32 @@ def keys(base: str, session: str) -> tuple[str, str, str, str]:
 
 
 def args(update: SessionUpdate) -> list[str | int]:
-    """The script's arguments for one update (a fold of one)."""
-    return folded((update,))[0]
+    """The script's arguments for one update (a fold of one turn, as `folded` would give)."""
+    u = update
+    served = u.model != ""
+    served_input = u.input_tokens if u.turn else 0
+    return [
+        u.session,
+        u.turn,
+        u.input_tokens,
+        u.cached_tokens,
+        u.output_tokens,
+        u.cost_micros,
+        served_input,
+        0,
+        served_input,
+        u.model,
+        u.upstream if served else "",
+        u.replica if served else 0,
+        u.workflow,
+        " ".join(u.decision_ids),
+        max(1, u.max_decisions),
+        max(1, u.idle_s * 1000),
+        u.due,
+        u.turn if u.due else 0,
+        orjson.dumps(_row(u.checkpoint)).decode() if u.checkpoint is not None else "",
+        max(1, u.max_checkpoints),
+    ]
 
 
 def folded(updates: Iterable[SessionUpdate]) -> list[list[str | int]]:
@@ -186,15 +210,22 @@ def folded(updates: Iterable[SessionUpdate]) -> list[list[str | int]]:
     and last served turn's input (for the record's first input and last growth), the last
     model, workflow and due reason given. A session whose bounds or idle time change within
     the batch (a config reload) starts a new fold there."""
-    open_folds: dict[str, _Fold] = {}
-    out: list[_Fold] = []
+    by_session: dict[str, list[SessionUpdate]] = {}
     for update in updates:
-        fold = open_folds.get(update.session)
-        if fold is None or fold.bounds != (update.max_decisions, update.max_checkpoints, update.idle_s):
-            fold = open_folds[update.session] = _Fold(update)
-            out.append(fold)
-        fold.add(update)
-    return [fold.args() for fold in out]
+        by_session.setdefault(update.session, []).append(update)
+    out: list[list[str | int]] = []
+    for turns in by_session.values():
+        if len(turns) == 1:
+            out.append(args(turns[0]))
+            continue
+        fold = _Fold(turns[0])
+        for update in turns:
+            if fold.bounds != (update.max_decisions, update.max_checkpoints, update.idle_s):
+                out.append(fold.args())
+                fold = _Fold(update)
+            fold.add(update)
+        out.append(fold.args())
+    return out
 
 
 class _Fold:
