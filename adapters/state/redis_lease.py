@@ -7,8 +7,8 @@ expires, and `open_reservations` counts it. Its fields: `s` (o: open), `n` (the 
 applied sequence number), `b:<counter key>` (the hold), `u:<rate key>` (units taken since
 the lease began). A batch marks `r:<batch id>` settled, as a settle marks its id, and
 updates the session records of its settlements in the same step (`redis_sessions.APPLY`,
-one update after another, in the batch's order, then the tenant's session index once), so a
-leased request of a session costs no store call of its own.
+one update per session, its turns in the batch folded into one, then the tenant's session
+index once), so a leased request of a session costs no store call of its own.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ _STATES: dict[int, Any] = {0: "held", 1: "stale", 2: "closed"}
 # ARGV: seq, lease_us, keep_ms, close 0|1, has batch 0|1, reservation prefix, nc, nq, ns, nf,
 #       nl, lease id; per budget (want, floor, limit, hard 0|1, expires_at); per rate (want,
 #       floor, per_minute); per spent (amount, expires_at); per refund inc_us; per ledger key
-#       (m, then m pairs of field, increment); per session update its SESSION_ARGC arguments;
+#       (m, then m pairs of field, increment); per session updated its SESSION_ARGC arguments;
 #       last, the number of session updates
 # Returns {state 0 held|1 stale|2 closed, batch applied 0|1, per budget (hold, used),
 #          per rate (taken, remaining, backlog_us)}
@@ -187,11 +187,13 @@ def lease_call(base: str, sync: LeaseSync) -> tuple[tuple[str, ...], tuple[str |
     keys += [base + "c:" + counter for counter in spent]
     keys += [base + "q:" + counter for counter in refunds]
     keys += [base + "l:" + day for day in ledger]
-    sessions = [s.session for s in sync.batch.settlements if s.session is not None] if sync.batch else []
+    updates = [s.session for s in sync.batch.settlements if s.session is not None] if sync.batch else []
+    # The turns of one session in the batch: one update of its record (`redis_sessions.folded`).
+    sessions = redis_sessions.folded(updates)
     if sessions:
         keys.append(base + "sx")
-        for update in sessions:
-            keys += redis_sessions.keys(base, update.session)[:3]
+        for update_args in sessions:
+            keys += redis_sessions.keys(base, str(update_args[0]))[:3]
     keep_s = sync.batch.keep_s if sync.batch is not None else 900
     args: list[str | int] = [
         sync.seq,
@@ -219,8 +221,8 @@ def lease_call(base: str, sync: LeaseSync) -> tuple[tuple[str, ...], tuple[str |
         for (key_id, model, workflow), sums in rows.items():
             for name, value in zip(LEDGER_FIELDS, sums, strict=True):
                 args += (f"{key_id}\t{model}\t{workflow}\t{name}", value)
-    for update in sessions:
-        args += redis_sessions.args(update)
+    for update_args in sessions:
+        args += update_args
     args.append(len(sessions))
     return tuple(keys), tuple(args)
 

@@ -2,21 +2,23 @@
 
 Keys: `s:<session>` hash {f first seen us, l last seen us, t turns, i/c/o input, cached and
 output tokens, u cost micros, fi/li first and last turn's input, g last growth, m/up/r last
-model alias, upstream, replica, w workflow, dd decision ids dropped, due, dt due turn};
-`sd:<session>` list of decision ids (newest last); `sc:<session>` list of checkpoints (JSON);
-`sx` zset of the tenant's sessions by last seen (ms), for the operators' listing. All expire
-after the session's idle time.
+model alias, upstream, replica, w workflow, dd decision ids dropped, due, dt due turn, k 1 once
+`sc` holds a checkpoint}; `sd:<session>` list of decision ids (newest last); `sc:<session>`
+list of checkpoints (JSON); `sx` zset of the tenant's sessions by last seen (ms), for the
+operators' listing. All expire after the session's idle time.
 
 The update rides on the settle script (`settle_with_session`): the session's keys and
 arguments are appended to the settle's and taken off again before the settle's own body
 runs, which therefore stays exactly `redis_scripts.SETTLE`; the record is updated only when
 the settle applied (a settle repeated by a retry counts its turn once). A lease's settle
-batch carries the updates of its requests the same way (`redis_lease.py`, `batch_call`),
-applied in order with the batch, only when the batch is.
+batch carries the updates of its requests the same way (`redis_lease.py`, `lease_call`), one
+per session (its turns in the batch folded into one: `folded`), applied with the batch, only
+when the batch is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -24,24 +26,29 @@ import orjson
 from gateway.sessions.records import Checkpoint, SessionRecord, SessionUpdate
 
 SESSION_KEYS = 4  # s, sd, sc, sx
-SESSION_ARGC = 16  # the arguments of one update (`args`)
+SESSION_ARGC = 20  # the arguments of one session's update (`args`, `folded`)
 
-# K: {s, sd, sc}; A: {session, turn, input, cached, output, cost, model, upstream, replica,
-# workflow, decision ids (space-separated), max decisions, idle ms, due, checkpoint JSON, max checkpoints}
+# K: {s, sd, sc}; A: the update of one session, one turn or several folded into one (`folded`):
+# {session, turns, input, cached, output, cost (sums), first, previous and last served turn's
+# input, model, upstream, replica (the last served turn's), workflow (the last given), decision
+# ids (space-separated, in order), max decisions, idle ms, due (the last given), the turns up
+# to and with the one that gave it, checkpoints (JSON, newline-separated, in order), max
+# checkpoints}.
 # `apply_session` updates the record with one read and one write of its hash (the counters
-# are summed here: they stay below 2^53, exact in Lua's doubles), then `index_sessions` puts
-# the sessions of one call in the tenant's index `sx` at once (one ZADD, one trim).
+# are summed here: they stay below 2^53, exact in Lua's doubles); the checkpoints' list is
+# touched only when the record has one (its hash's `k`), then `index_sessions` puts the
+# sessions of one call in the tenant's index `sx` at once (one ZADD, one trim).
 APPLY = """
 local function apply_session(K, A)
   local s = K[1]
-  local r = redis.call('HMGET', s, 'f', 't', 'i', 'c', 'o', 'u', 'fi', 'li', 'dd')
+  local r = redis.call('HMGET', s, 'f', 't', 'i', 'c', 'o', 'u', 'li', 'dd', 'k')
   local turn = tonumber(A[2])
   local h = {'l', n(now)}
   if not r[1] then
     redis.call('DEL', K[2], K[3])
     r = {false, '0', '0', '0', '0', '0', '0', '0', '0'}
     for _, v in ipairs({'f', n(now), 'fi', 0, 'li', 0, 'g', 0, 'm', '', 'up', '', 'r', 0, 'w', '',
-      'dd', 0, 'due', '', 'dt', 0}) do h[#h + 1] = v end
+      'dd', 0, 'due', '', 'dt', 0, 'k', 0}) do h[#h + 1] = v end
   end
   local turns = tonumber(r[2])
   local function add(field, value) h[#h + 1] = field; h[#h + 1] = value end
@@ -51,32 +58,42 @@ local function apply_session(K, A)
   add('o', n(tonumber(r[5]) + tonumber(A[5])))
   add('u', n(tonumber(r[6]) + tonumber(A[6])))
   if turn > 0 then
-    if turns == 0 then
-      add('fi', A[3]); add('g', 0)
+    if turns == 0 then add('fi', A[7]) end
+    if turn > 1 then
+      add('g', n(tonumber(A[9]) - tonumber(A[8])))
+    elseif turns == 0 then
+      add('g', 0)
     else
-      add('g', n(tonumber(A[3]) - tonumber(r[8])))
+      add('g', n(tonumber(A[9]) - tonumber(r[7])))
     end
-    add('li', A[3])
+    add('li', A[9])
   end
-  if A[7] ~= '' then add('m', A[7]); add('up', A[8]); add('r', A[9]) end
-  if A[10] ~= '' then add('w', A[10]) end
-  if A[11] ~= '' then
+  if A[10] ~= '' then add('m', A[10]); add('up', A[11]); add('r', A[12]) end
+  if A[13] ~= '' then add('w', A[13]) end
+  if A[14] ~= '' then
     local ids = {}
-    for id in string.gmatch(A[11], '%S+') do ids[#ids + 1] = id end
+    for id in string.gmatch(A[14], '%S+') do ids[#ids + 1] = id end
     local len = #ids > 0 and redis.call('RPUSH', K[2], unpack(ids)) or 0
-    local keep = tonumber(A[12])
+    local keep = tonumber(A[15])
     if len > keep then
       redis.call('LTRIM', K[2], -keep, -1)
-      add('dd', n(tonumber(r[9]) + len - keep))
+      add('dd', n(tonumber(r[8]) + len - keep))
     end
   end
-  if A[14] ~= '' then add('due', A[14]); add('dt', n(turns + turn)) end
-  if A[15] ~= '' then
-    redis.call('RPUSH', K[3], A[15])
-    redis.call('LTRIM', K[3], -tonumber(A[16]), -1)
+  if A[17] ~= '' then add('due', A[17]); add('dt', n(turns + tonumber(A[18]))) end
+  local checkpoints = r[9] ~= '0'
+  if A[19] ~= '' then
+    local rows = {}
+    for row in string.gmatch(A[19], '[^\\n]+') do rows[#rows + 1] = row end
+    redis.call('RPUSH', K[3], unpack(rows))
+    redis.call('LTRIM', K[3], -tonumber(A[20]), -1)
+    if not checkpoints then add('k', 1) end
+    checkpoints = true
   end
   redis.call('HSET', s, unpack(h))
-  for i = 1, 3 do redis.call('PEXPIRE', K[i], A[13]) end
+  redis.call('PEXPIRE', s, A[16])
+  redis.call('PEXPIRE', K[2], A[16])
+  if checkpoints then redis.call('PEXPIRE', K[3], A[16]) end
 end
 -- sx: the tenant's index; updates: the argument lists of the sessions updated, in order.
 local function index_sessions(sx, updates)
@@ -85,7 +102,7 @@ local function index_sessions(sx, updates)
   local z, idle = {}, 0
   for _, A in ipairs(updates) do
     z[#z + 1] = n(ms); z[#z + 1] = A[1]
-    idle = math.max(idle, tonumber(A[13]))
+    idle = math.max(idle, tonumber(A[16]))
   end
   redis.call('ZADD', sx, unpack(z))
   redis.call('ZREMRANGEBYSCORE', sx, '-inf', '(' .. n(ms - idle))
@@ -157,25 +174,135 @@ def keys(base: str, session: str) -> tuple[str, str, str, str]:
 
 
 def args(update: SessionUpdate) -> list[str | int]:
-    checkpoint = update.checkpoint
+    """The script's arguments for one update (a fold of one turn, as `folded` would give)."""
+    u = update
+    served = u.model != ""
+    served_input = u.input_tokens if u.turn else 0
     return [
-        update.session,
-        update.turn,
-        update.input_tokens,
-        update.cached_tokens,
-        update.output_tokens,
-        update.cost_micros,
-        update.model,
-        update.upstream,
-        update.replica,
-        update.workflow,
-        " ".join(update.decision_ids),
-        max(1, update.max_decisions),
-        max(1, update.idle_s * 1000),
-        update.due,
-        orjson.dumps(_row(checkpoint)).decode() if checkpoint is not None else "",
-        max(1, update.max_checkpoints),
+        u.session,
+        u.turn,
+        u.input_tokens,
+        u.cached_tokens,
+        u.output_tokens,
+        u.cost_micros,
+        served_input,
+        0,
+        served_input,
+        u.model,
+        u.upstream if served else "",
+        u.replica if served else 0,
+        u.workflow,
+        " ".join(u.decision_ids),
+        max(1, u.max_decisions),
+        max(1, u.idle_s * 1000),
+        u.due,
+        u.turn if u.due else 0,
+        orjson.dumps(_row(u.checkpoint)).decode() if u.checkpoint is not None else "",
+        max(1, u.max_checkpoints),
     ]
+
+
+def folded(updates: Iterable[SessionUpdate]) -> list[list[str | int]]:
+    """The script's arguments for `updates` (a settle batch's, in order), the turns of each
+    session folded into one update that leaves its record exactly as the turns applied one
+    after another would: counters summed, decision ids and checkpoints appended in order
+    (then trimmed once: the same list, the same count of dropped ids), the first, previous
+    and last served turn's input (for the record's first input and last growth), the last
+    model, workflow and due reason given. A session whose bounds or idle time change within
+    the batch (a config reload) starts a new fold there."""
+    by_session: dict[str, list[SessionUpdate]] = {}
+    for update in updates:
+        by_session.setdefault(update.session, []).append(update)
+    out: list[list[str | int]] = []
+    for turns in by_session.values():
+        if len(turns) == 1:
+            out.append(args(turns[0]))
+            continue
+        fold = _Fold(turns[0])
+        for update in turns:
+            if fold.bounds != (update.max_decisions, update.max_checkpoints, update.idle_s):
+                out.append(fold.args())
+                fold = _Fold(update)
+            fold.add(update)
+        out.append(fold.args())
+    return out
+
+
+class _Fold:
+    __slots__ = (
+        "bounds",
+        "cached",
+        "checkpoints",
+        "cost",
+        "decisions",
+        "due",
+        "due_turns",
+        "first",
+        "input",
+        "last",
+        "output",
+        "previous",
+        "served",
+        "session",
+        "turns",
+        "workflow",
+    )
+
+    def __init__(self, update: SessionUpdate) -> None:
+        self.session = update.session
+        self.bounds = (update.max_decisions, update.max_checkpoints, update.idle_s)
+        self.turns = self.input = self.cached = self.output = self.cost = 0
+        self.first = self.previous = self.last = self.due_turns = 0
+        self.served: SessionUpdate | None = None  # the last update that named a model
+        self.workflow = self.due = ""
+        self.decisions: list[str] = []
+        self.checkpoints: list[str] = []
+
+    def add(self, u: SessionUpdate) -> None:
+        if u.turn:
+            if not self.turns:
+                self.first = u.input_tokens
+            self.previous, self.last = self.last, u.input_tokens
+            self.turns += u.turn
+        self.input += u.input_tokens
+        self.cached += u.cached_tokens
+        self.output += u.output_tokens
+        self.cost += u.cost_micros
+        if u.model:
+            self.served = u
+        if u.workflow:
+            self.workflow = u.workflow
+        self.decisions += u.decision_ids
+        if u.due:
+            self.due, self.due_turns = u.due, self.turns
+        if u.checkpoint is not None:
+            self.checkpoints.append(orjson.dumps(_row(u.checkpoint)).decode())
+
+    def args(self) -> list[str | int]:
+        served = self.served
+        max_decisions, max_checkpoints, idle_s = self.bounds
+        return [
+            self.session,
+            self.turns,
+            self.input,
+            self.cached,
+            self.output,
+            self.cost,
+            self.first,
+            self.previous,
+            self.last,
+            served.model if served is not None else "",
+            served.upstream if served is not None else "",
+            served.replica if served is not None else 0,
+            self.workflow,
+            " ".join(self.decisions),
+            max(1, max_decisions),
+            max(1, idle_s * 1000),
+            self.due,
+            self.due_turns,
+            "\n".join(self.checkpoints),
+            max(1, max_checkpoints),
+        ]
 
 
 def record(

@@ -5,12 +5,15 @@ changing nothing, leases released when their time passes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
+
+import pytest
 
 from gateway.metering.lease_records import LeaseBudget, LeaseRate, LeaseSync, SettleBatch
 from gateway.metering.records import LedgerEntry, RateCharge, ReserveRequest, Settlement
 from gateway.ports import StateStore
-from gateway.sessions.records import SessionUpdate
+from gateway.sessions.records import Checkpoint, SessionRecord, SessionUpdate
 from tests.metering.test_store_contract import EXPIRES, budget, reserve_request
 
 COUNTER = "t:day:2026-11-22:usd"
@@ -187,3 +190,84 @@ async def test_a_batch_updates_its_sessions_once_in_the_batch_order(store: State
     assert (second.turns, second.input_tokens, second.decision_ids) == (1, 7, ("d2",))
     assert {r.session for r in await store.sessions(("acme",), "tokens", 10)} == {one, other}
     assert applied.used == (500,)
+
+
+def _turns(session: str, reload: bool = False) -> list[SessionUpdate]:
+    """Turns of one session for one batch: served and not, a workflow and model changed, a
+    due reason, two checkpoints, more decision ids than the record lists (and, on a reload,
+    fewer listed from the fourth turn on)."""
+    first = Checkpoint(2, 5, "ab" * 32, "earlier", 900, 30)
+    second = Checkpoint(4, 9, "cd" * 32, "later", 1200, 40)
+
+    def turn(prompt: int, decisions: tuple[str, ...], **changes: object) -> SessionUpdate:
+        fields: dict[str, object] = {
+            "tenant": "acme",
+            "session": session,
+            "turn": 1,
+            "input_tokens": prompt,
+            "cached_tokens": prompt // 2,
+            "output_tokens": 7,
+            "cost_micros": 3 * prompt,
+            "model": "chat",
+            "upstream": "local",
+            "replica": 0,
+            "workflow": "",
+            "decision_ids": decisions,
+            "max_decisions": 4,
+            "idle_s": 3600,
+            "max_checkpoints": 2,
+        }
+        fields.update(changes)
+        return SessionUpdate(**fields)  # type: ignore[arg-type]
+
+    later = {"max_decisions": 3} if reload else {}
+    return [
+        turn(100, ("a1",), workflow="triage"),
+        turn(0, ("a2",), turn=0, cached_tokens=0, output_tokens=0, cost_micros=0, model="", upstream=""),
+        turn(130, ("a3", "a4"), checkpoint=first, due="every_turns 2"),
+        turn(90, (), upstream="backup", replica=2, workflow="search", **later),
+        turn(170, ("a5", "a6"), model="big", checkpoint=second, **later),
+        turn(
+            0,
+            ("a7",),
+            turn=0,
+            cached_tokens=0,
+            output_tokens=0,
+            cost_micros=0,
+            model="",
+            upstream="",
+            **later,
+        ),
+    ]
+
+
+def _same_record(record: SessionRecord | None) -> tuple[object, ...]:
+    assert record is not None
+    fields = dataclasses.astuple(record)
+    return fields[:1] + fields[4:]  # all but the session key and the times seen
+
+
+@pytest.mark.parametrize(("before", "reload"), [(0, False), (2, False), (1, True)])
+async def test_a_sessions_turns_in_one_batch_leave_the_record_they_leave_one_by_one(
+    store: StateStore, before: int, reload: bool
+) -> None:
+    """However a store applies a batch's turns of one session (folded into one update or not),
+    the record is the one those turns give applied one after another."""
+    batched, alone = uuid.uuid4().hex, uuid.uuid4().hex
+    for n in range(before):  # a record that already has turns, or none
+        for session in (batched, alone):
+            await store.update_session(_turns(session)[2 * n])
+    await store.lease(sync("lease-a", 1, hold(500)))
+    turns = _turns(batched, reload)
+    other = turn_of(uuid.uuid4().hex, 11, "b1")
+    settlements = [Settlement("acme", uuid.uuid4().hex, (), (), None, 600, session=u) for u in turns]
+    batch = SettleBatch(uuid.uuid4().hex, (*settlements[:3], other, *settlements[3:]), 600)
+    assert (await store.lease(sync("lease-a", 2, hold(500), batch=batch))).batch_applied
+    for update in _turns(alone, reload):
+        await store.update_session(update)
+    one_by_one = await store.session("acme", alone)
+    assert _same_record(await store.session("acme", batched)) == _same_record(one_by_one)
+    assert one_by_one is not None
+    assert one_by_one.turns == before + 4
+    assert one_by_one.decision_ids == (("a5", "a6", "a7") if reload else ("a4", "a5", "a6", "a7"))
+    assert [c.turn for c in one_by_one.checkpoints] == [2, 4]

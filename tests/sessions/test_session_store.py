@@ -135,3 +135,14 @@ async def test_a_record_expires_after_its_idle_time(store: StateStore) -> None:
     record = await store.session("acme", "s1")
     assert record is not None
     assert record.turns == 1  # a fresh record, nothing left of the expired one
+
+
+async def test_checkpoints_live_as_long_as_their_record(store: StateStore) -> None:
+    checkpoint = Checkpoint(8, 15, "ab" * 32, "the user asked about [EMAIL]", 1200, 40)
+    await store.update_session(update(checkpoint=checkpoint, idle_s=1))
+    await asyncio.sleep(0.7)
+    await store.update_session(update(idle_s=1))  # a later turn, no checkpoint of its own
+    await asyncio.sleep(0.7)
+    record = await store.session("acme", "s1")
+    assert record is not None
+    assert record.checkpoints == (checkpoint,)
