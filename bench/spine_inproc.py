@@ -25,19 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.harness import CHAT_BODY
+
 CONCURRENCY = 64
-CHAT = json.dumps(
-    {
-        "model": "bench-model",
-        "messages": [
-            {"role": "system", "content": "You are a terse assistant."},
-            {"role": "user", "content": "Say hello to the overhead benchmark in one short sentence, please."},
-        ],
-        "max_tokens": 16,
-        "temperature": 0,
-    },
-    separators=(",", ":"),
-).encode()
+CHAT = CHAT_BODY.encode()  # what wrk posts in the end-to-end benchmarks
 
 
 def child(port: int, requests: int, rounds: int) -> None:
