@@ -174,32 +174,10 @@ def keys(base: str, session: str) -> tuple[str, str, str, str]:
 
 
 def args(update: SessionUpdate) -> list[str | int]:
-    """The script's arguments for one update (a fold of one turn, as `folded` would give)."""
-    u = update
-    served = u.model != ""
-    served_input = u.input_tokens if u.turn else 0
-    return [
-        u.session,
-        u.turn,
-        u.input_tokens,
-        u.cached_tokens,
-        u.output_tokens,
-        u.cost_micros,
-        served_input,
-        0,
-        served_input,
-        u.model,
-        u.upstream if served else "",
-        u.replica if served else 0,
-        u.workflow,
-        " ".join(u.decision_ids),
-        max(1, u.max_decisions),
-        max(1, u.idle_s * 1000),
-        u.due,
-        u.turn if u.due else 0,
-        orjson.dumps(_row(u.checkpoint)).decode() if u.checkpoint is not None else "",
-        max(1, u.max_checkpoints),
-    ]
+    """The script's arguments for one update: a fold of one turn."""
+    fold = _Fold(update)
+    fold.add(update)
+    return fold.args()
 
 
 def folded(updates: Iterable[SessionUpdate]) -> list[list[str | int]]:
@@ -215,9 +193,6 @@ def folded(updates: Iterable[SessionUpdate]) -> list[list[str | int]]:
         by_session.setdefault(update.session, []).append(update)
     out: list[list[str | int]] = []
     for turns in by_session.values():
-        if len(turns) == 1:
-            out.append(args(turns[0]))
-            continue
         fold = _Fold(turns[0])
         for update in turns:
             if fold.bounds != (update.max_decisions, update.max_checkpoints, update.idle_s):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -82,10 +83,10 @@ def claim(db: sqlite3.Connection, now: float, worker: str, limit: int, visibilit
     token = f"{worker}:{uuid.uuid4().hex}:"
     lease_until = now + visibility_s
     rows = db.execute(_CLAIM_QUEUED, (token, lease_until, now, limit)).fetchall()
-    rows.sort(key=_visible_order)
+    rows.sort(key=_VISIBLE_ORDER)
     if len(rows) < limit:
         lapsed = db.execute(_CLAIM_LAPSED, (token, lease_until, now, limit - len(rows))).fetchall()
-        lapsed.sort(key=_rowid)
+        lapsed.sort(key=_ROWID)
         rows += lapsed
     return [Claim(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]) for r in rows]
 
@@ -104,14 +105,8 @@ _CLAIM_LAPSED = _CLAIM_SET.format(
     chosen="SELECT rowid FROM jobs WHERE state = 'running' AND lease_until <= ?3"
     " ORDER BY lease_until LIMIT ?4"
 )
-
-
-def _visible_order(row: Any) -> tuple[float, int]:
-    return row[9], row[10]
-
-
-def _rowid(row: Any) -> int:
-    return int(row[10])
+_VISIBLE_ORDER = itemgetter(9, 10)  # visible_at, rowid
+_ROWID = itemgetter(10)
 
 
 def extend(db: sqlite3.Connection, now: float, claim: Claim, visibility_s: float) -> bool:

@@ -138,15 +138,15 @@ class ResponsesDoor:
             if name in _ECHOED:
                 echo[name] = value
         echo["store"] = store
-        exchange.door_state = ResponsesState(  # positionally: the fields' order
-            exchange.job_id or f"resp_{urandom(24).hex()}",
-            int(time.time()),
-            echo,
-            store,
-            history,
-            turn,
-            records,
-            body.get("input"),
+        exchange.door_state = ResponsesState(
+            response_id=exchange.job_id or f"resp_{urandom(24).hex()}",
+            created_at=int(time.time()),
+            echo=echo,
+            store=store,
+            history=history,
+            turn=turn,
+            records=records,
+            input=body.get("input"),
         )
         return chat
 

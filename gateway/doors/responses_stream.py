@@ -200,17 +200,12 @@ class ResponsesStream:
             if isinstance(finish, str):
                 self._close()
                 self._finish = finish
-        out = self._out  # `_flush`, inline: every chunk read in full ends here
-        if len(out) == 1:
-            return out.pop()
-        self._out = []
-        return b"".join(out)
+        return self._flush()
 
     async def done(self) -> bytes:
         if not self._started:
             self._start()
-        if self._kind is not None:
-            self._close()
+        self._close()
         reason = INCOMPLETE.get(self._finish) if self._finish else None
         status = "incomplete" if reason else "completed"
         state = self._state
@@ -293,8 +288,7 @@ class ResponsesStream:
         function = call.get("function")
         function = function if isinstance(function, dict) else {}
         if self._kind != "function_call" or self._fast_index != index:
-            if self._kind is not None:
-                self._close()
+            self._close()
             self._open_call(index, call.get("id") or f"call_{urandom(12).hex()}", function.get("name") or "")
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
