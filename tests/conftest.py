@@ -21,6 +21,17 @@ MAX_BODY_BYTES = 16 * 1024
 BUDGET_DAY_MODULE_S = 300
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test using `one_budget_day` may first wait out the UTC day (up to
+    BUDGET_DAY_MODULE_S): its time limit (pytest-timeout's, which counts fixtures) covers that
+    wait on top of the test's own. A test's own `timeout` mark still wins."""
+    for item in items:
+        if "one_budget_day" in getattr(item, "fixturenames", ()):
+            limit = float(item.config.getini("timeout") or 0)
+            if limit > 0:
+                item.add_marker(pytest.mark.timeout(limit + BUDGET_DAY_MODULE_S))
+
+
 @pytest.fixture(scope="module")
 def one_budget_day() -> None:
     """The module's requests all fall in one UTC day. Budget windows (day, month) turn over at
