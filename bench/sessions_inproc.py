@@ -1,0 +1,218 @@
+"""What sessions cost the whole pipeline, in process: the gateway's ASGI application with
+everything on (Redis metering with leases, the shipped policy and its decision log,
+redaction both ways, metrics, the access log), driven directly against the benchmark's
+nginx, once with sessions off and once on; the CPU this process spends per request.
+
+    python -m bench.sessions_inproc [--base REV] [--repeats R] [--requests N] [--rounds K]
+
+Every request names one of 64 sessions (`x-session-id`), as `python -m bench.sessions` sends
+them. Each measurement runs in a fresh process, 64 requests at once; the least of its rounds is
+kept (the machine's other work only ever adds to a round), and the variants alternate, so the
+difference between "on" and "off" is what sessions add: their stages, the session update on
+the settle (built, folded into the lease's batch, packed), the record reads through the
+worker's cache, their metrics and their fields in the access line and the decision log. What
+the HTTP server and Redis's own process spend is left out (`python -m bench.sessions` has
+both); this is the gateway's own share, with far less of the machine's noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.harness import CHAT_BODY
+
+CONCURRENCY = 64
+SESSIONS = 64
+CHAT = CHAT_BODY.encode()
+VARIANTS = ("off", "on")
+
+
+def child(port: int, variant: str, requests: int, rounds: int) -> None:
+    """In the tree on sys.path: the whole pipeline's app with sessions `variant`, then
+    `rounds` rounds of `requests` requests; prints each round's CPU us per request as JSON."""
+    import uvloop
+
+    from bench.metering import REDIS_URL, policy_dir
+    from gateway.app import create_app
+    from gateway.config import load_config
+    from gateway.keys import generate_key, hash_key
+    from gateway.logs import configure_logging
+    from gateway.redaction.settings import scrubber_for
+    from gateway.serve import tune_gc
+
+    key = generate_key()
+    tmp = Path(tempfile.mkdtemp(prefix="tollgate-sessions-inproc-"))
+    policy = policy_dir(tmp)
+    prefix = f"tgbench-{uuid.uuid4().hex[:8]}"
+    config_doc = {
+        "server": {"host": "127.0.0.1", "port": 1, "workers": 1, "access_log": True, "log_level": "info"},
+        "upstreams": {"fast": {"kind": "openai_compat", "base_url": f"http://127.0.0.1:{port}/v1"}},
+        "models": {"bench-model": [{"upstream": "fast", "model": "bench-upstream-model"}]},
+        "tenants": {
+            "bench": {
+                "models": ["*"],
+                "budgets": [{"window": "day", "usd": 1e6}, {"window": "month", "tokens": 10**12}],
+                "rate_limits": {"requests_per_minute": 10**9, "tokens_per_minute": 10**12},
+            }
+        },
+        "keys": [{"tenant": "bench", "hash": hash_key(key)}],
+        "prices": {"bench-upstream-model": {"input": 0.95, "cached_input": 0.16, "output": 4.0}},
+        "state": {"store": "redis", "redis_url": REDIS_URL, "key_prefix": prefix},
+        "policy": {"dir": str(policy)},
+        "audit": {"sink": "jsonl", "path": str(tmp / "audit.jsonl")},
+        "sessions": {"enabled": variant == "on"},
+    }
+    path = tmp / "config.yaml"
+    path.write_text(json.dumps(config_doc))  # JSON is YAML
+    config = load_config(path)
+    out = sys.stdout
+    sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the access lines, for the process's life)
+    configure_logging("info", scrubber_for(config))
+    app = create_app(config)
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"content-type", b"application/json"),
+        (b"authorization", f"Bearer {key}".encode()),
+        (b"content-length", str(len(CHAT)).encode()),
+    ]
+    sessions = [(b"x-session-id", b"bench-session-%d" % n) for n in range(SESSIONS)]
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
+    scope |= {"query_string": b"", "http_version": "1.1", "scheme": "http"}
+    sent = 0
+
+    async def main() -> list[float]:
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        inbox.put_nowait({"type": "lifespan.startup"})
+        lifespan = asyncio.ensure_future(app({"type": "lifespan"}, inbox.get, outbox.put))
+        started = await outbox.get()
+        if started["type"] != "lifespan.startup.complete":
+            raise SystemExit(f"the gateway did not start: {started}")
+        tune_gc()
+        statuses: set[int] = set()
+
+        async def one() -> None:
+            nonlocal sent
+            sent += 1
+            received = False
+
+            async def receive() -> dict[str, Any]:
+                nonlocal received
+                if not received:
+                    received = True
+                    return {"type": "http.request", "body": CHAT, "more_body": False}
+                await asyncio.Event().wait()  # never disconnects
+                raise AssertionError
+
+            async def send(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    statuses.add(message["status"])
+
+            await app({**scope, "headers": [*headers, sessions[sent % SESSIONS]]}, receive, send)
+
+        async def client(count: int) -> None:
+            for _ in range(count):
+                await one()
+
+        await asyncio.gather(*(client(40) for _ in range(CONCURRENCY)))  # warm-up: leases, caches
+        each = max(requests // CONCURRENCY, 1)
+        figures = []
+        for _ in range(rounds):
+            began = time.process_time()
+            await asyncio.gather(*(client(each) for _ in range(CONCURRENCY)))
+            figures.append(1e6 * (time.process_time() - began) / (each * CONCURRENCY))
+        if statuses != {200}:
+            raise SystemExit(f"answers other than 200: {statuses}")
+        inbox.put_nowait({"type": "lifespan.shutdown"})
+        await lifespan
+        return figures
+
+    try:
+        print(json.dumps(uvloop.run(main())), file=out)
+    finally:
+        from bench.sessions_gateway import delete_keys
+
+        delete_keys(prefix)
+
+
+def measure(tree: Path, variant: str, port: int, args: argparse.Namespace) -> float:
+    """The least of a fresh process's rounds, with `tree`'s packages first on its path."""
+    code = (
+        f"import runpy, sys; sys.path.insert(0, {str(tree)!r}); "
+        f"sys.argv = ['sessions_inproc', '--child', '--variant', {variant!r}, '--port', '{port}', "
+        f"'--requests', '{args.requests}', '--rounds', '{args.rounds}']; "
+        f"runpy.run_path({__file__!r}, run_name='__main__')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{tree} ({variant}): {done.stderr.strip()[-800:]}")
+    return min(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    from bench import harness
+    from bench.leases import base_tree
+
+    procs = harness.Processes()
+    tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-sessions-inproc-"))
+    trees = {"this": harness.ROOT}
+    try:
+        _, port = harness.start_nginx(procs, tmp, 1)
+        if args.base:
+            trees["base"] = base_tree(args.base, tmp)
+        runs = [(name, variant) for name in trees for variant in VARIANTS]
+        figures: dict[str, list[float]] = {f"{name} {variant}": [] for name, variant in runs}
+        for repeat in range(args.repeats):
+            for name, variant in runs if repeat % 2 == 0 else runs[::-1]:
+                label = f"{name} {variant}"
+                figures[label].append(measure(trees[name], variant, port, args))
+                print(f"{label:9s} {figures[label][-1]:7.1f} us/request", flush=True)
+        medians = {label: statistics.median(values) for label, values in figures.items()}
+        return {"runs": figures, "medians": medians, "trees": list(trees)}
+    finally:
+        procs.stop_all()
+        if "base" in trees:
+            remove = ["git", "-C", str(harness.ROOT), "worktree", "remove", "--force", str(trees["base"])]
+            subprocess.run(remove, check=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.sessions_inproc")
+    parser.add_argument("--base", help="also this git revision's pipeline (before)")
+    parser.add_argument("--repeats", type=int, default=4, help="fresh processes per variant, alternating")
+    parser.add_argument("--requests", type=int, default=3200, help="requests per round")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per process (the least is kept)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.port, args.variant, args.requests, args.rounds)
+        return 0
+    from bench.harness import machine_lock
+
+    with machine_lock():
+        result = compare(args)
+    medians = result["medians"]
+    for name in result["trees"]:
+        off, on = medians[f"{name} off"], medians[f"{name} on"]
+        print(
+            f"{name}: off {off:.1f} us, on {on:.1f} us: sessions add {on - off:+.1f} us a request "
+            f"({100 * (on / off - 1):+.1f} % of the pipeline's CPU)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
