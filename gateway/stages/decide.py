@@ -47,6 +47,7 @@ class DecideCounts:
 
     decisions: int = 0
     cache_hits: int = 0
+    shared: int = 0  # taken from an evaluation of the same input already under way
     denied: int = 0
     malformed: int = 0  # answers that were not a decision, denied
     unavailable: int = 0  # engine failures and timeouts, refused with 503
@@ -81,6 +82,9 @@ class Decide:
         self._clock = clock
         self._throttled_for = throttled_for
         self.counts = DecideCounts()
+        # Evaluations under way, by (revision, cache key): a request whose input is being
+        # evaluated for another waits for that answer rather than starting its own.
+        self._pending: dict[tuple[str, bytes], asyncio.Future[_Outcome]] = {}
 
     async def __call__(self, exchange: Exchange) -> None:
         alias = exchange.model_alias
@@ -95,7 +99,7 @@ class Decide:
         throttled_for = self._throttled_for() if self._throttled_for is not None else 0.0
         policy_input = build_input(exchange, upstreams, band, capacity_fact(throttled_for))
         started = self._clock()
-        outcome = self._from_cache(policy_input) or await self._from_engine(policy_input, exchange.request_id)
+        outcome = self._from_cache(policy_input) or await self._decided(policy_input, exchange.request_id)
         self.counts.decisions += 1
         decision = outcome.decision
         exchange.decision = decision
@@ -139,7 +143,7 @@ class Decide:
         key = (principal.key_id, principal.key_label) if principal is not None else None
         policy_input = webhook_input(tenant, key, request_id)
         started = self._clock()
-        outcome = self._from_cache(policy_input) or await self._from_engine(policy_input, request_id)
+        outcome = self._from_cache(policy_input) or await self._decided(policy_input, request_id)
         self.counts.decisions += 1
         if not outcome.decision.allow:
             self.counts.denied += 1
@@ -172,6 +176,34 @@ class Decide:
             return None
         self.counts.cache_hits += 1
         return _Outcome(hit.decision, hit.raw, revision, None, cached=True)
+
+    async def _decided(self, policy_input: PolicyInput, request_id: str) -> _Outcome:
+        """The engine's decision on an input the cache does not hold. With a cache, one
+        evaluation per input at a time: requests that arrive while the same input is being
+        evaluated (a cold start, a reload, a new combination of session bands, under load)
+        share that answer, as they would a cached one, instead of each queueing an evaluation
+        of its own. Its failure is theirs too. Without a cache, each request is evaluated."""
+        engine = self._engine
+        if self._cache is None or not engine.cacheable:
+            return await self._from_engine(policy_input, request_id)
+        key = (engine.revision, policy_input.cache_key)
+        pending = self._pending.get(key)
+        if pending is not None:
+            shared = await asyncio.shield(pending)
+            self.counts.shared += 1
+            return _Outcome(shared.decision, shared.raw, shared.revision, None, cached=True)
+        # A task of its own: the request that started it may be cancelled (its client gone)
+        # while others wait for the answer.
+        task = asyncio.ensure_future(self._from_engine(policy_input, request_id))
+        self._pending[key] = task
+        task.add_done_callback(lambda done: self._settled(key, done))
+        return await asyncio.shield(task)
+
+    def _settled(self, key: tuple[str, bytes], done: asyncio.Future[_Outcome]) -> None:
+        if self._pending.get(key) is done:
+            del self._pending[key]
+        if not done.cancelled():
+            done.exception()  # retrieved here too: every waiter may have been cancelled
 
     async def _from_engine(self, policy_input: PolicyInput, request_id: str) -> _Outcome:
         result = await self._evaluate(policy_input.document, request_id)

@@ -3,6 +3,7 @@ the decision record, the cache and the max_tokens cap."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -283,3 +284,80 @@ async def test_a_webhook_destination_decision_fails_closed(
     opa.fail_status = 503
     with pytest.raises(PolicyUnavailable):
         await decide(opa_engine).for_webhooks("demo", DEMO, "req_register")
+
+
+def _ttl_engine(opa: OpaProtocolServer, timeout_ms: int = 5000) -> OpaEngine:
+    """OPA with a decision cache: its answers may be shared."""
+    return OpaEngine(
+        policy_config(engine="opa", opa={"url": opa.url, "timeout_ms": timeout_ms}, cache={"ttl_s": 60})
+    )
+
+
+async def test_requests_arriving_while_their_input_is_evaluated_share_that_evaluation(
+    opa: OpaProtocolServer,
+) -> None:
+    engine = _ttl_engine(opa)
+    sink = ListSink()
+    stage = decide(engine, sink)
+    opa.delay_s = 0.2  # every request below arrives while the first is being evaluated
+    try:
+        before = opa.requests
+        exchanges = [exchange() for _ in range(20)]
+        await asyncio.gather(*(stage(ex) for ex in exchanges))
+        assert opa.requests - before == 1
+        assert all(ex.decision is not None and ex.decision.allow for ex in exchanges)
+        assert sorted(r["cached"] for r in sink.records) == [False] + [True] * 19
+        assert len({r["decision_id"] for r in sink.records}) == 20  # each request's own id
+        assert stage.counts.shared == 19 and stage.counts.decisions == 20
+        # Other inputs are each evaluated on their own.
+        tools = [[{"type": "function", "function": {"name": name}}] for name in ("search", "fetch_url")]
+        await asyncio.gather(*(stage(exchange(tools=offered)) for offered in tools))
+        assert opa.requests - before == 3
+    finally:
+        await engine.aclose()
+
+
+async def test_a_failed_evaluation_refuses_every_request_that_waited_for_it(opa: OpaProtocolServer) -> None:
+    engine = _ttl_engine(opa, timeout_ms=150)
+    stage = decide(engine)
+    opa.delay_s = 1.0
+    try:
+        before = opa.requests
+        outcomes = await asyncio.gather(*(stage(exchange()) for _ in range(5)), return_exceptions=True)
+        assert all(isinstance(o, PolicyUnavailable) and o.status == 503 for o in outcomes)
+        assert opa.requests - before == 1 and stage.counts.unavailable == 1
+        opa.delay_s = 0.0  # the failure is not remembered: the next request is evaluated
+        await stage(exchange())
+        assert opa.requests - before == 2
+    finally:
+        await engine.aclose()
+
+
+async def test_the_shared_evaluation_outlives_the_request_that_started_it(opa: OpaProtocolServer) -> None:
+    engine = _ttl_engine(opa)
+    stage = decide(engine)
+    opa.delay_s = 0.2
+    try:
+        first = asyncio.ensure_future(stage(exchange()))
+        await asyncio.sleep(0.05)
+        second = exchange()
+        waiting = asyncio.ensure_future(stage(second))
+        await asyncio.sleep(0.05)
+        first.cancel()  # its client went away
+        await waiting
+        assert second.decision is not None and second.decision.allow
+        assert first.cancelled() and stage.counts.shared == 1
+    finally:
+        await engine.aclose()
+
+
+async def test_without_a_cache_concurrent_requests_are_each_evaluated(opa: OpaProtocolServer) -> None:
+    engine = OpaEngine(policy_config(engine="opa", opa={"url": opa.url}))  # no ttl: not cacheable
+    stage = decide(engine)
+    opa.delay_s = 0.1
+    try:
+        before = opa.requests
+        await asyncio.gather(*(stage(exchange()) for _ in range(3)))
+        assert opa.requests - before == 3 and stage.counts.shared == 0
+    finally:
+        await engine.aclose()
