@@ -131,7 +131,7 @@ class Settle:
         release = ticket.reserve_unanswered and not ticket.reserved and served is None
         session = None
         if self._sessions is not None and exchange.session is not None:
-            session = session_update(exchange, self._sessions, prompt, cached, completion, cost)
+            session = session_update(exchange, self._sessions, prompt, cached, completion, cost, served)
             exchange.session.recorded = True
         return Settlement(
             tenant, ticket.reservation_id, spent, refunds, ledger, self._keep_s, release, session=session

@@ -69,7 +69,11 @@ def segment_end(messages: list[Any], start: int, keep_last: int) -> int:
 
 
 def user_turns(messages: list[Any], start: int) -> int:
-    return sum(1 for m in messages[start:] if isinstance(m, dict) and m.get("role") == "user")
+    turns = 0
+    for m in messages[start:] if start else messages:
+        if isinstance(m, dict) and m.get("role") == "user":
+            turns += 1
+    return turns
 
 
 def summarizer_messages(sent: list[Any], end: int, words: int) -> list[Any]:

@@ -8,6 +8,7 @@ micro-dollars, times are the store's clock in unix microseconds, as for budgets.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,10 +28,12 @@ class Checkpoint:
     tokens_after: int  # estimated tokens of the summary
 
 
-@dataclass(frozen=True, slots=True)
-class SessionUpdate:
+class SessionUpdate(NamedTuple):
     """What one request adds to its session record, applied atomically by the store: on the
-    settle that already happens (`Settlement.session`), or alone (`StateStore.update_session`)."""
+    settle that already happens (`Settlement.session`), or alone (`StateStore.update_session`).
+
+    A named tuple, not a frozen dataclass: one is made for every session request, and a
+    tuple is made in a third of the time (no `object.__setattr__` call per field)."""
 
     tenant: str
     session: str  # the session key (hashed, tenant-scoped)

@@ -50,9 +50,12 @@ class SessionSettings:
         }
         self._default_checkpoints = sessions.checkpoints
         self._workflows = dict(sessions.workflows)
-        # (tenant, workflow, the decision's rules) -> plan: tenants and workflows are bounded
-        # (configured, "other", "default"), and decisions are cached, so their rules repeat.
-        self._plans: dict[tuple[str, str, SessionRules], CheckpointPlan | None] = {}
+        # (tenant, workflow, id of the decision's rules) -> (those rules, plan): tenants and
+        # workflows are bounded (configured, "other", "default"), and decisions are cached, so
+        # the same rules object comes back request after request. Kept by identity (the entry
+        # holds the rules, so the id is not reused while it is there): no hash of the rules
+        # per request.
+        self._plans: dict[tuple[str, str, int], tuple[SessionRules, CheckpointPlan | None]] = {}
 
     def limits(self, principal: Principal, rules: SessionRules) -> SessionLimits:
         base = self._key_base.get(principal.key_id)
@@ -68,14 +71,16 @@ class SessionSettings:
 
     def checkpoints(self, principal: Principal, workflow: str, rules: SessionRules) -> CheckpointPlan | None:
         """The request's checkpoint plan; None when checkpoints are off for it."""
-        key = (principal.tenant.name, workflow, rules)
-        try:
-            return self._plans[key]
-        except KeyError:
-            if len(self._plans) >= _MAX_PLANS:  # a policy whose rules never repeat
-                self._plans.clear()
-            plan = self._plans[key] = self._plan(key[0], workflow, rules)
-            return plan
+        tenant = principal.tenant.name
+        key = (tenant, workflow, id(rules))
+        found = self._plans.get(key)
+        if found is not None and found[0] is rules:
+            return found[1]
+        if len(self._plans) >= _MAX_PLANS:  # a policy whose rules never repeat
+            self._plans.clear()
+        plan = self._plan(tenant, workflow, rules)
+        self._plans[key] = (rules, plan)
+        return plan
 
     def _plan(self, tenant: str, workflow: str, rules: SessionRules) -> CheckpointPlan | None:
         config = self._workflows.get(workflow) or self._tenant_checkpoints.get(

@@ -44,7 +44,12 @@ class SessionOpen:
         # Only a session the client named: a prompt family (route's fallback key) is no session.
         if exchange.session_key is None or principal is None or exchange.endpoint is not Endpoint.CHAT:
             return
-        record, bands = await self._sessions.admission(principal.tenant.name, exchange.session_key)
+        tenant = principal.tenant.name
+        cached = self._sessions.cached(tenant, exchange.session_key)
+        if cached is not None:
+            _, record, bands = cached
+        else:
+            record, bands = await self._sessions.admission(tenant, exchange.session_key)
         # The workflow as the label stage named it: a configured name, "other" or "default".
         exchange.session = SessionTicket(exchange.session_key, exchange.workflow, record, bands)
 

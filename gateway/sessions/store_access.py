@@ -60,6 +60,14 @@ class SessionStore:
         """The record (None when there is none, or the store cannot be read: logged)."""
         return (await self._entry(tenant, session, fresh))[1]
 
+    def cached(self, tenant: str, session: str) -> _Entry | None:
+        """The cache's entry (record and policy bands) while it is fresh, else None: then
+        `admission` reads the record. No coroutine for the common case."""
+        cached = self._cache.get((tenant, session))
+        if cached is not None and cached[0] > self._monotonic():
+            return cached
+        return None
+
     async def admission(self, tenant: str, session: str) -> tuple[SessionRecord | None, dict[str, str]]:
         """The cached record and its policy bands, computed once per read rather than per request."""
         _, record, bands = await self._entry(tenant, session, False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from gateway.errors import StateStoreUnavailable
-from gateway.exchange import Exchange
+from gateway.exchange import Attempt, Exchange
 from gateway.metering.counted import settle_usage
 from gateway.metering.prices import PriceBook
 from gateway.sessions.records import SessionUpdate
@@ -17,33 +17,46 @@ logger = logging.getLogger("tollgate.sessions")
 
 
 def session_update(
-    exchange: Exchange, settings: SessionSettings, prompt: int, cached: int, completion: int, cost: int
+    exchange: Exchange,
+    settings: SessionSettings,
+    prompt: int,
+    cached: int,
+    completion: int,
+    cost: int,
+    served: Attempt | None,
 ) -> SessionUpdate | None:
     """The update for this request's session (None when it names none); the counts are what
-    the request settled (zero when nothing was served)."""
+    the request settled (zero when nothing was served), `served` the attempt that served it."""
     ticket, principal = exchange.session, exchange.principal
     if ticket is None or principal is None:
         return None
-    served = next((a for a in reversed(exchange.attempts) if a.status == 200), None)
+    decision_id = exchange.decision_id
+    decisions: tuple[str, ...] = (str(decision_id),) if decision_id else ()
+    if ticket.summary_decisions:
+        decisions += tuple(ticket.summary_decisions)
+    if served is None:
+        model = upstream = ""
+        replica = 0
+    else:
+        model, upstream, replica = exchange.model_alias, served.upstream, served.replica
     return SessionUpdate(
-        tenant=principal.tenant.name,
-        session=ticket.key,
-        turn=1 if served is not None else 0,
-        input_tokens=prompt,
-        cached_tokens=cached,
-        output_tokens=completion,
-        cost_micros=cost,
-        model=exchange.model_alias if served is not None else "",
-        upstream=served.upstream if served is not None else "",
-        replica=served.replica if served is not None else 0,
-        workflow=ticket.workflow,
-        decision_ids=((str(exchange.decision_id),) if exchange.decision_id else ())
-        + tuple(ticket.summary_decisions),
-        max_decisions=settings.max_decisions,
-        idle_s=settings.idle_s,
-        due=ticket.due,
-        checkpoint=ticket.checkpoint,
-        max_checkpoints=settings.max_checkpoints,
+        principal.tenant.name,
+        ticket.key,
+        0 if served is None else 1,
+        prompt,
+        cached,
+        completion,
+        cost,
+        model,
+        upstream,
+        replica,
+        ticket.workflow,
+        decisions,
+        settings.max_decisions,
+        settings.idle_s,
+        ticket.due,
+        ticket.checkpoint,
+        settings.max_checkpoints,
     )
 
 
@@ -68,7 +81,7 @@ class SessionRecorder:
         )
         price = self._prices.get(served.model) if served else None
         cost = price.cost_micros(prompt, cached, completion) if price else 0
-        update = session_update(exchange, self._settings, prompt, cached, completion, cost)
+        update = session_update(exchange, self._settings, prompt, cached, completion, cost, served)
         if update is None:
             return
         try:
