@@ -22,7 +22,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -148,29 +147,16 @@ def child(port: int, variant: str, requests: int, rounds: int) -> None:
 
 def measure(tree: Path, variant: str, port: int, args: argparse.Namespace) -> float:
     """The least of a fresh process's rounds, with `tree`'s packages first on its path."""
-    code = (
-        f"import runpy, sys; sys.path.insert(0, {str(tree)!r}); "
-        f"sys.argv = ['sessions_inproc', '--child', '--variant', {variant!r}, '--port', '{port}', "
-        f"'--requests', '{args.requests}', '--rounds', '{args.rounds}']; "
-        f"runpy.run_path({__file__!r}, run_name='__main__')"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"{tree} ({variant}): {done.stderr.strip()[-800:]}")
-    return min(json.loads(done.stdout.strip().splitlines()[-1]))
+    from bench.inproc import least_of_child  # here: a child imports its tree's `bench`, maybe without it
+
+    argv = ["--child", "--variant", variant, "--port", str(port), "--requests", str(args.requests)]
+    return least_of_child(tree, __file__, [*argv, "--rounds", str(args.rounds)])
 
 
 def compare(args: argparse.Namespace) -> dict[str, Any]:
-    from bench import harness
-    from bench.leases import base_tree
+    from bench.inproc import upstream_and_trees
 
-    procs = harness.Processes()
-    tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-sessions-inproc-"))
-    trees = {"this": harness.ROOT}
-    try:
-        _, port = harness.start_nginx(procs, tmp, 1)
-        if args.base:
-            trees["base"] = base_tree(args.base, tmp)
+    with upstream_and_trees(args.base, "tollgate-bench-sessions-inproc-") as (port, trees):
         runs = [(name, variant) for name in trees for variant in VARIANTS]
         figures: dict[str, list[float]] = {f"{name} {variant}": [] for name, variant in runs}
         for repeat in range(args.repeats):
@@ -178,13 +164,8 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
                 label = f"{name} {variant}"
                 figures[label].append(measure(trees[name], variant, port, args))
                 print(f"{label:9s} {figures[label][-1]:7.1f} us/request", flush=True)
-        medians = {label: statistics.median(values) for label, values in figures.items()}
-        return {"runs": figures, "medians": medians, "trees": list(trees)}
-    finally:
-        procs.stop_all()
-        if "base" in trees:
-            remove = ["git", "-C", str(harness.ROOT), "worktree", "remove", "--force", str(trees["base"])]
-            subprocess.run(remove, check=False)
+    medians = {label: statistics.median(values) for label, values in figures.items()}
+    return {"runs": figures, "medians": medians, "trees": list(trees)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -117,40 +116,23 @@ def child(port: int, requests: int, rounds: int) -> None:
 
 def measure(tree: Path, port: int, args: argparse.Namespace) -> float:
     """The least of a fresh process's rounds, with `tree`'s packages first on its path."""
-    code = (
-        f"import runpy, sys; sys.path.insert(0, {str(tree)!r}); "
-        f"sys.argv = ['spine_inproc', '--child', '--port', '{port}', '--requests', '{args.requests}', "
-        f"'--rounds', '{args.rounds}']; runpy.run_path({__file__!r}, run_name='__main__')"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"{tree}: {done.stderr.strip()[-800:]}")
-    return min(json.loads(done.stdout.strip().splitlines()[-1]))
+    from bench.inproc import least_of_child  # here: a child imports its tree's `bench`, maybe without it
+
+    argv = ["--child", "--port", str(port), "--requests", str(args.requests), "--rounds", str(args.rounds)]
+    return least_of_child(tree, __file__, argv)
 
 
 def compare(args: argparse.Namespace) -> dict[str, Any]:
-    from bench import harness
-    from bench.leases import base_tree
+    from bench.inproc import upstream_and_trees
 
-    procs = harness.Processes()
-    tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-spine-inproc-"))
-    trees = {"this": harness.ROOT}
-    try:
-        _, port = harness.start_nginx(procs, tmp, 1)
-        if args.base:
-            trees["base"] = base_tree(args.base, tmp)
+    with upstream_and_trees(args.base, "tollgate-bench-spine-inproc-") as (port, trees):
         figures: dict[str, list[float]] = {name: [] for name in trees}
         for _ in range(args.repeats):
             for name, tree in trees.items():
                 figures[name].append(measure(tree, port, args))
                 print(f"{name:5s} {figures[name][-1]:7.1f} us/request", flush=True)
-        medians = {name: statistics.median(values) for name, values in figures.items()}
-        return {"runs": figures, "medians": medians}
-    finally:
-        procs.stop_all()
-        if "base" in trees:
-            remove = ["git", "-C", str(harness.ROOT), "worktree", "remove", "--force", str(trees["base"])]
-            subprocess.run(remove, check=False)
+    medians = {name: statistics.median(values) for name, values in figures.items()}
+    return {"runs": figures, "medians": medians}
 
 
 def main(argv: list[str] | None = None) -> int:
