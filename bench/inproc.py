@@ -1,16 +1,21 @@
 """What the in-process benchmarks share (`spine_inproc.py`, `sessions_inproc.py`): nginx as
 the upstream and the trees to compare (this one, and a git revision's checked out beside it),
-and a measurement run in a fresh process with a tree's packages first on its path."""
+a measurement run in a fresh process with a tree's packages first on its path, and, in that
+process, the app driven with concurrent requests (`drive`; a child runs this file by its
+path, `runpy.run_path`: it has another tree's `bench` first on its path, which may not have it)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def least_of_child(tree: Path, script: str, argv: list[str]) -> float:
@@ -23,7 +28,7 @@ def least_of_child(tree: Path, script: str, argv: list[str]) -> float:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{tree} {' '.join(argv)}: {done.stderr.strip()[-800:]}")
-    return min(json.loads(done.stdout.strip().splitlines()[-1]))
+    return float(min(json.loads(done.stdout.strip().splitlines()[-1])))
 
 
 @contextmanager
@@ -46,3 +51,62 @@ def upstream_and_trees(base: str | None, prefix: str) -> Iterator[tuple[int, dic
         if "base" in trees:
             remove = ["git", "-C", str(harness.ROOT), "worktree", "remove", "--force", str(trees["base"])]
             subprocess.run(remove, check=False)
+
+
+async def drive(
+    app: Any,
+    scope_of: Callable[[], dict[str, Any]],
+    body: bytes,
+    requests: int,
+    rounds: int,
+    warm_up: int,
+    after_start: Callable[[], None],
+    concurrency: int = 64,
+) -> list[float]:
+    """An ASGI app's lifespan started (then `after_start()`), `warm_up` requests on each of
+    `concurrency` clients, then `rounds` rounds of `requests`, each request `body` POSTed with
+    the scope `scope_of()` gives; the process's CPU us per request of each round. Any answer
+    but 200 stops the run."""
+    inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    inbox.put_nowait({"type": "lifespan.startup"})
+    lifespan = asyncio.ensure_future(app({"type": "lifespan"}, inbox.get, outbox.put))
+    started = await outbox.get()
+    if started["type"] != "lifespan.startup.complete":
+        raise SystemExit(f"the gateway did not start: {started}")
+    after_start()
+    statuses: set[int] = set()
+
+    async def one() -> None:
+        received = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal received
+            if not received:
+                received = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.Event().wait()  # never disconnects
+            raise AssertionError
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                statuses.add(message["status"])
+
+        await app(scope_of(), receive, send)
+
+    async def client(count: int) -> None:
+        for _ in range(count):
+            await one()
+
+    await asyncio.gather(*(client(warm_up) for _ in range(concurrency)))
+    each = max(requests // concurrency, 1)
+    figures = []
+    for _ in range(rounds):
+        began = time.process_time()
+        await asyncio.gather(*(client(each) for _ in range(concurrency)))
+        figures.append(1e6 * (time.process_time() - began) / (each * concurrency))
+    if statuses != {200}:
+        raise SystemExit(f"answers other than 200: {statuses}")
+    inbox.put_nowait({"type": "lifespan.shutdown"})
+    await lifespan
+    return figures

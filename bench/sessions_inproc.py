@@ -18,13 +18,13 @@ both); this is the gateway's own share, with far less of the machine's noise.
 from __future__ import annotations
 
 import argparse
-import asyncio
+import itertools
 import json
 import os
+import runpy
 import statistics
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -88,57 +88,17 @@ def child(port: int, variant: str, requests: int, rounds: int) -> None:
     sessions = [(b"x-session-id", b"bench-session-%d" % n) for n in range(SESSIONS)]
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
     scope |= {"query_string": b"", "http_version": "1.1", "scheme": "http"}
-    sent = 0
+    sent = itertools.count()
 
-    async def main() -> list[float]:
-        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        inbox.put_nowait({"type": "lifespan.startup"})
-        lifespan = asyncio.ensure_future(app({"type": "lifespan"}, inbox.get, outbox.put))
-        started = await outbox.get()
-        if started["type"] != "lifespan.startup.complete":
-            raise SystemExit(f"the gateway did not start: {started}")
-        tune_gc()
-        statuses: set[int] = set()
+    def scope_of() -> dict[str, Any]:
+        return {**scope, "headers": [*headers, sessions[next(sent) % SESSIONS]]}
 
-        async def one() -> None:
-            nonlocal sent
-            sent += 1
-            received = False
-
-            async def receive() -> dict[str, Any]:
-                nonlocal received
-                if not received:
-                    received = True
-                    return {"type": "http.request", "body": CHAT, "more_body": False}
-                await asyncio.Event().wait()  # never disconnects
-                raise AssertionError
-
-            async def send(message: dict[str, Any]) -> None:
-                if message["type"] == "http.response.start":
-                    statuses.add(message["status"])
-
-            await app({**scope, "headers": [*headers, sessions[sent % SESSIONS]]}, receive, send)
-
-        async def client(count: int) -> None:
-            for _ in range(count):
-                await one()
-
-        await asyncio.gather(*(client(40) for _ in range(CONCURRENCY)))  # warm-up: leases, caches
-        each = max(requests // CONCURRENCY, 1)
-        figures = []
-        for _ in range(rounds):
-            began = time.process_time()
-            await asyncio.gather(*(client(each) for _ in range(CONCURRENCY)))
-            figures.append(1e6 * (time.process_time() - began) / (each * CONCURRENCY))
-        if statuses != {200}:
-            raise SystemExit(f"answers other than 200: {statuses}")
-        inbox.put_nowait({"type": "lifespan.shutdown"})
-        await lifespan
-        return figures
-
+    drive = runpy.run_path(str(Path(__file__).with_name("inproc.py")))["drive"]  # not the measured tree's
     try:
-        print(json.dumps(uvloop.run(main())), file=out)
+        print(
+            json.dumps(uvloop.run(drive(app, scope_of, CHAT, requests, rounds, 40, tune_gc, CONCURRENCY))),
+            file=out,
+        )
     finally:
         from bench.sessions_gateway import delete_keys
 

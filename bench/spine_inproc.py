@@ -14,13 +14,12 @@ medians over the repeats are compared. `python -m bench.leases` gives the end-to
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
+import runpy
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -66,52 +65,9 @@ def child(port: int, requests: int, rounds: int) -> None:
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
     scope |= {"query_string": b"", "http_version": "1.1", "scheme": "http"}
 
-    async def main() -> list[float]:
-        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        inbox.put_nowait({"type": "lifespan.startup"})
-        lifespan = asyncio.ensure_future(app({"type": "lifespan"}, inbox.get, outbox.put))
-        started = await outbox.get()
-        if started["type"] != "lifespan.startup.complete":
-            raise SystemExit(f"the gateway did not start: {started}")
-        tune_gc()
-        statuses: set[int] = set()
-
-        async def one() -> None:
-            received = False
-
-            async def receive() -> dict[str, Any]:
-                nonlocal received
-                if not received:
-                    received = True
-                    return {"type": "http.request", "body": CHAT, "more_body": False}
-                await asyncio.Event().wait()  # never disconnects
-                raise AssertionError
-
-            async def send(message: dict[str, Any]) -> None:
-                if message["type"] == "http.response.start":
-                    statuses.add(message["status"])
-
-            await app(dict(scope), receive, send)
-
-        async def client(count: int) -> None:
-            for _ in range(count):
-                await one()
-
-        await asyncio.gather(*(client(20) for _ in range(CONCURRENCY)))  # warm-up
-        each = max(requests // CONCURRENCY, 1)
-        figures = []
-        for _ in range(rounds):
-            began = time.process_time()
-            await asyncio.gather(*(client(each) for _ in range(CONCURRENCY)))
-            figures.append(1e6 * (time.process_time() - began) / (each * CONCURRENCY))
-        if statuses != {200}:
-            raise SystemExit(f"answers other than 200: {statuses}")
-        inbox.put_nowait({"type": "lifespan.shutdown"})
-        await lifespan
-        return figures
-
-    print(json.dumps(uvloop.run(main())), file=out)
+    drive = runpy.run_path(str(Path(__file__).with_name("inproc.py")))["drive"]  # not the measured tree's
+    figures = uvloop.run(drive(app, lambda: dict(scope), CHAT, requests, rounds, 20, tune_gc, CONCURRENCY))
+    print(json.dumps(figures), file=out)
 
 
 def measure(tree: Path, port: int, args: argparse.Namespace) -> float:
