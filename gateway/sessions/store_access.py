@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from gateway.errors import StateStoreUnavailable
+from gateway.in_flight import InFlight
 from gateway.ports import StateStore
 from gateway.sessions.bands import NO_SESSION, session_bands
 from gateway.sessions.records import Checkpoint, SessionRecord
@@ -44,7 +45,7 @@ class SessionStore:
         self._monotonic = monotonic
         self._cache: dict[tuple[str, str], _Entry] = {}
         self._made: dict[tuple[str, str], list[Checkpoint]] = {}
-        self._reading: dict[tuple[str, str], asyncio.Future[_Entry]] = {}  # admission reads under way
+        self._reading: InFlight[tuple[str, str], _Entry] = InFlight()  # admission reads under way
 
     async def store(self) -> StateStore:
         if self._store is None:
@@ -76,20 +77,10 @@ class SessionStore:
         while it is being read wait for that read (a session's entries all expire together
         under load, and each request reading for itself multiplied the reads by the requests
         in flight)."""
-        key = (tenant, session)
-        reading = self._reading.get(key)
-        if reading is None:
-            reading = asyncio.ensure_future(self._entry(tenant, session, False))
-            self._reading[key] = reading
-            reading.add_done_callback(lambda done: self._read(key, done))
-        _, record, bands = await asyncio.shield(reading)
+        (_, record, bands), _ = await self._reading.call(
+            (tenant, session), lambda: self._entry(tenant, session, False)
+        )
         return record, bands
-
-    def _read(self, key: tuple[str, str], done: asyncio.Future[_Entry]) -> None:
-        if self._reading.get(key) is done:
-            del self._reading[key]
-        if not done.cancelled():
-            done.exception()  # retrieved here too: every waiter may have been cancelled
 
     async def _entry(self, tenant: str, session: str, fresh: bool) -> _Entry:
         key = (tenant, session)

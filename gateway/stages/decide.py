@@ -18,6 +18,7 @@ from typing import Any
 
 from gateway.errors import PermissionDenied, PolicyUnavailable, model_not_found
 from gateway.exchange import Endpoint, Exchange, Principal
+from gateway.in_flight import InFlight
 from gateway.output_limit import note_output_limit
 from gateway.policy.cache import DecisionCache
 from gateway.policy.decision import Decision, MalformedDecision, parse_decision
@@ -84,7 +85,7 @@ class Decide:
         self.counts = DecideCounts()
         # Evaluations under way, by (revision, cache key): a request whose input is being
         # evaluated for another waits for that answer rather than starting its own.
-        self._pending: dict[tuple[str, bytes], asyncio.Future[_Outcome]] = {}
+        self._evaluating: InFlight[tuple[str, bytes], _Outcome] = InFlight()
 
     async def __call__(self, exchange: Exchange) -> None:
         alias = exchange.model_alias
@@ -187,23 +188,13 @@ class Decide:
         if self._cache is None or not engine.cacheable:
             return await self._from_engine(policy_input, request_id)
         key = (engine.revision, policy_input.cache_key)
-        pending = self._pending.get(key)
-        if pending is not None:
-            shared = await asyncio.shield(pending)
-            self.counts.shared += 1
-            return _Outcome(shared.decision, shared.raw, shared.revision, None, cached=True)
-        # A task of its own: the request that started it may be cancelled (its client gone)
-        # while others wait for the answer.
-        task = asyncio.ensure_future(self._from_engine(policy_input, request_id))
-        self._pending[key] = task
-        task.add_done_callback(lambda done: self._settled(key, done))
-        return await asyncio.shield(task)
-
-    def _settled(self, key: tuple[str, bytes], done: asyncio.Future[_Outcome]) -> None:
-        if self._pending.get(key) is done:
-            del self._pending[key]
-        if not done.cancelled():
-            done.exception()  # retrieved here too: every waiter may have been cancelled
+        outcome, evaluated = await self._evaluating.call(
+            key, lambda: self._from_engine(policy_input, request_id)
+        )
+        if evaluated:
+            return outcome
+        self.counts.shared += 1
+        return _Outcome(outcome.decision, outcome.raw, outcome.revision, None, cached=True)
 
     async def _from_engine(self, policy_input: PolicyInput, request_id: str) -> _Outcome:
         result = await self._evaluate(policy_input.document, request_id)
