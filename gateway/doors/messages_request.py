@@ -40,6 +40,24 @@ _REFUSED = {
     "container": "Code-execution containers",
 }
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+# The fields of a usual body: one with none but these has no extension, which one test tells
+_USUAL = frozenset(
+    (
+        "model",
+        "max_tokens",
+        "messages",
+        "system",
+        "tools",
+        "tool_choice",
+        "stream",
+        "metadata",
+        "stop_sequences",
+        "temperature",
+        "top_p",
+        "top_k",
+        "thinking",
+    )
+)
 
 
 def chat_body(body: dict[str, Any], *, for_count: bool = False) -> dict[str, Any]:
@@ -93,7 +111,8 @@ def chat_body(body: dict[str, Any], *, for_count: bool = False) -> dict[str, Any
         # No `stream_options.include_usage`: the gateway asks the upstream for usage itself and
         # records it (UsageGuard); the encoders read it there, so the usage chunk never reaches them.
         out["stream"] = True
-    copy_extensions(body, out)
+    if not _USUAL.issuperset(body):
+        copy_extensions(body, out)
     return out
 
 

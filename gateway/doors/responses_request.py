@@ -59,6 +59,24 @@ _RARE = frozenset(
         "metadata",
     )
 )
+# The fields of a usual body: one with none but these has no rare field and no extension,
+# which one test tells (the others: unknown fields, ignored, and extensions, passed on)
+_USUAL = frozenset(
+    (
+        "model",
+        "input",
+        "instructions",
+        "tools",
+        "max_output_tokens",
+        "stream",
+        "store",
+        "previous_response_id",
+        "truncation",
+        "include",
+        "prompt_cache_key",
+        "service_tier",
+    )
+)
 
 
 def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -82,14 +100,16 @@ def chat_body(
     """The chat body: instructions, then the stored history, then this turn's input.
 
     Run once per request, cold among the pipeline's code: each field is read once, and the
-    fields most bodies leave out (`_RARE`) are looked for only when a body has one of them."""
+    fields most bodies leave out (`_RARE`), and extensions, are looked for only when a body
+    has a field outside `_USUAL`."""
     get = body.get
     model = get("model")
     if model is None:
         raise missing("model")
     if not isinstance(model, str) or not model:
         raise invalid("model", "must be a non-empty string")
-    rare = not _RARE.isdisjoint(body)
+    usual = _USUAL.issuperset(body)
+    rare = not usual and not _RARE.isdisjoint(body)
     if rare:
         if get("conversation") not in (None, False):
             raise unsupported("conversation", _REFUSED["conversation"])
@@ -132,7 +152,8 @@ def chat_body(
         # No `stream_options.include_usage`: the gateway asks the upstream for usage itself and
         # records it (UsageGuard); the encoders read it there, so the usage chunk never reaches them.
         out["stream"] = True
-    copy_extensions(body, out)
+    if not usual:
+        copy_extensions(body, out)
     return out
 
 

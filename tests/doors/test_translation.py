@@ -213,6 +213,20 @@ def test_a_responses_request_becomes_a_chat_request() -> None:
 
 
 @pytest.mark.parametrize(
+    "extra",
+    [{}, {"temperature": 0.5}, {"unknown_field": 1}, {"reasoning": {"effort": "low"}}],
+    ids=["usual fields only", "a rare field", "an unknown field", "another rare field"],
+)
+def test_extensions_pass_through_whatever_else_a_body_has(extra: dict[str, Any]) -> None:
+    """A body of usual fields is read on a shorter path: its extensions still go upstream."""
+    responses = {"model": "m", "input": "hi", "stream": True, "x_sim": {"reply": "r"}, **extra}
+    assert responses_chat_body(responses, [], input_messages(responses))["x_sim"] == {"reply": "r"}
+    messages = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], **extra}
+    messages["x_sim"] = {"reply": "r"}
+    assert messages_chat_body(messages)["x_sim"] == {"reply": "r"}
+
+
+@pytest.mark.parametrize(
     ("body", "param"),
     [
         ({"model": "m"}, "input"),
