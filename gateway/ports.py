@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import orjson
 
@@ -23,8 +23,7 @@ from gateway.metering.records import (
 from gateway.sessions.records import SessionRecord, SessionUpdate
 
 
-@dataclass(frozen=True, slots=True)
-class UpstreamRequest:
+class UpstreamRequest(NamedTuple):
     endpoint: Endpoint
     model: str  # the upstream's model id; the adapter writes it into the body
     body: dict[str, Any]  # the client's body after the request stages, passed through untouched otherwise

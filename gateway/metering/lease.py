@@ -12,15 +12,14 @@ answers (the floor sent); a call that goes unanswered leaves it there.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gateway.metering.lease_records import LeaseBudget, LeaseGrant, LeaseRate, LeaseSync, SettleBatch
 from gateway.metering.plan import MeterPlan
 from gateway.metering.records import RateState, Settlement
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseDraw:
+class LeaseDraw(NamedTuple):
     """What one request took from a lease (on its ticket, for settle to give back)."""
 
     lease: Lease

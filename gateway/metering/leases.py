@@ -27,7 +27,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gateway.errors import StateStoreUnavailable
 from gateway.metering.lease import Lease, LeaseDraw
@@ -187,10 +187,11 @@ class Leases:
 
     def settled(self, draw: LeaseDraw, settlement: Settlement | None, tokens: int) -> None:
         """A request admitted against a lease is over; its settlement joins the next batch.
-        Rate refunds are not sent: unused tokens went back into the slice."""
+        Rate refunds are not sent: unused tokens went back into the slice (settle leaves
+        them out of a leased request's settlement)."""
         lease = draw.lease
         if settlement is not None and settlement.refunds:
-            settlement = replace(settlement, refunds=())
+            settlement = settlement._replace(refunds=())
         lease.finished(draw, settlement, tokens, self._monotonic())
         if len(lease.pending) >= FLUSH_EVERY and lease.lease_id not in self._syncs:
             self._sync_soon(lease)

@@ -106,11 +106,13 @@ class Settle:
             (counter, cost if b.unit == "usd" else tokens, expires_at)
             for b, (counter, expires_at) in zip(ticket.plan.budgets, counters, strict=True)
         ) + session_caps.spent(ticket.budgets[n:], tokens, cost)
-        refunds = tuple(
-            RateCharge(charge.counter, charge.cost - (prompt + completion), charge.per_minute)
-            for limit, charge in zip(ticket.plan.rates, ticket.rates, strict=False)
-            if limit.unit == "tokens" and charge.cost > prompt + completion
-        )
+        refunds: tuple[RateCharge, ...] = ()
+        if ticket.lease is None or self._leases is None:  # a lease takes unused tokens back itself
+            refunds = tuple(
+                RateCharge(charge.counter, charge.cost - (prompt + completion), charge.per_minute)
+                for limit, charge in zip(ticket.plan.rates, ticket.rates, strict=False)
+                if limit.unit == "tokens" and charge.cost > prompt + completion
+            )
         ledger = None
         if served is not None and exchange.principal is not None:
             day = periods.day

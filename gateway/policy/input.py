@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -38,8 +37,7 @@ _TOKEN_BANDS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyInput:
+class PolicyInput(NamedTuple):
     document: dict[str, Any]  # what the engine sees, request id included
     cache_key: bytes  # canonical JSON of the document without the request id
 

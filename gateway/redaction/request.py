@@ -129,7 +129,7 @@ def redact_request(
     slots = text_slots(endpoint, body, tool_descriptions)
     if mode == "block":
         for container, key, _ in slots:
-            state.found.update(found.kind for found in detector.find_remembered(container[key]))
+            state.count(detector.find_remembered(container[key]))
         if state.found:
             raise SensitiveDataBlocked(sorted(state.found))
         return
@@ -142,7 +142,7 @@ def redact_request(
         found = detector.find_remembered(text)
         if not found:
             continue
-        state.found.update(item.kind for item in found)
+        state.count(found)
         if mode == "mask":
             replacement = marker
         elif in_json:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.policy.decision import RedactMode, RedactRules
-from gateway.redaction.detector import Detector
+from gateway.redaction.detector import Detector, Found
 from gateway.redaction.tokens import Vault
 from gateway.redaction.window import SlidingWindow
 
@@ -49,9 +50,15 @@ class RedactionState:
     detector: Detector
     fail_open: bool
     vault: Vault | None = None  # set when the request was tokenised
-    found: Counter[str] = field(default_factory=Counter)  # kinds found in the request
+    found: dict[str, int] = field(default_factory=dict)  # kinds found in the request, and how often
     stream: StreamState | None = None
     disabled: bool = False  # a fail-open tenant's detection failed: leave the rest alone
+
+    def count(self, found: Iterable[Found]) -> None:
+        """Counts the kinds of `found` in `self.found` (kinds only, never values)."""
+        counts = self.found
+        for item in found:
+            counts[item.kind] = counts.get(item.kind, 0) + 1
 
     @property
     def response(self) -> RedactMode:

@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.errors import PermissionDenied, PolicyUnavailable, model_not_found
 from gateway.exchange import Endpoint, Exchange, Principal
@@ -33,8 +33,7 @@ RECORD_VERSION = 1
 _NO_DECISION = "the policy did not produce a decision"
 
 
-@dataclass(frozen=True, slots=True)
-class _Outcome:
+class _Outcome(NamedTuple):
     decision: Decision
     raw: Any  # the engine's answer, as recorded in the decision log
     revision: str
