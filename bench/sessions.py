@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import statistics
 import sys
 import tempfile
@@ -91,16 +90,16 @@ async def bookkeeping(store: StateStore, n: int) -> dict[str, float]:
         return ex
 
     def settlement(ex: Exchange | None) -> Settlement:
-        update = session_update(ex, settings, 100, 60, 40, 300) if ex is not None else None
+        update = session_update(ex, settings, 100, 60, 40, 300, ex.attempts[-1]) if ex is not None else None
         if update is not None:
-            update = dataclasses.replace(update, tenant=tenant)
+            update = update._replace(tenant=tenant)
         return Settlement(tenant, uuid.uuid4().hex, (), (), None, 900, session=update)
 
     async def stages_only() -> None:
         ex = exchange()
         await opened(ex)
         await check(ex)
-        session_update(ex, settings, 100, 60, 40, 300)
+        session_update(ex, settings, 100, 60, 40, 300, ex.attempts[-1])
 
     for _ in range(200):
         await stages_only()
