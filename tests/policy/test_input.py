@@ -163,3 +163,31 @@ def test_a_malformed_data_class_header_is_a_clear_400(label: str) -> None:
         build_input(exchange(body, headers={"x-data-class": label}), ["local"])
     assert caught.value.status == 400
     assert "x-data-class" in caught.value.message
+
+
+@pytest.mark.parametrize(("tool_output", "band"), [(2_000, "1k-4k"), (1_999, "<1k")])
+def test_prompt_tokens_count_the_texts_of_every_message_shape(tool_output: int, band: str) -> None:
+    """Text contents and text parts count, at 4 characters a token; an image's URL and a
+    tool call's arguments do not (4,000 characters: 1,000 tokens, the next band; 3,999: 999)."""
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "s" * 1_000},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "u" * 1_000},
+                    {"type": "image_url", "image_url": {"url": "https://images.example.com/" + "a" * 5_000}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "z" * 5_000}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "t" * tool_output},
+        ],
+    }
+    assert build_input(exchange(body), ["local"]).document["prompt_tokens"] == band
