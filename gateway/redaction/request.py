@@ -80,11 +80,17 @@ def text_slots(endpoint: Endpoint, body: dict[str, Any], tool_descriptions: bool
     return slots
 
 
+_SKIPPED = STRUCTURAL | NOT_TEXT
+_SCALARS = frozenset({type(None), bool, int, float})  # JSON's values that hold no text
+
+
 def _texts(container: dict[str, Any] | list[Any], key: Any, value: Any, into: list[Slot]) -> None:
     """The texts at `container[key]`, at any depth, less what is structure or not text, into
-    `into` (a walk that appends, not nested generators: it runs on every request)."""
+    `into` (a walk that appends, not nested generators: it runs on every request, over a
+    history that grows each turn of a session: a dict's or a list's plain strings, numbers,
+    nulls and function objects are taken in its loop, without a call each)."""
     if isinstance(key, str):
-        if key in STRUCTURAL or key in NOT_TEXT:
+        if key in _SKIPPED:
             return
         if key in FUNCTIONS and isinstance(value, dict):
             if isinstance(value.get("arguments"), str):
@@ -95,10 +101,23 @@ def _texts(container: dict[str, Any] | list[Any], key: Any, value: Any, into: li
             into.append((container, key, False))
     elif isinstance(value, dict):
         for inner_key, inner in value.items():
-            _texts(value, inner_key, inner, into)
+            kind = inner.__class__
+            if kind is str and inner_key.__class__ is str:
+                if inner and inner_key not in _SKIPPED and not _is_data_url(inner):
+                    into.append((value, inner_key, False))
+            elif kind is dict and inner_key in FUNCTIONS:
+                if isinstance(inner.get("arguments"), str):
+                    into.append((inner, "arguments", True))
+            elif kind not in _SCALARS:
+                _texts(value, inner_key, inner, into)
     elif isinstance(value, list):
         for index, inner in enumerate(value):
-            _texts(value, index, inner, into)
+            kind = inner.__class__
+            if kind is str:
+                if inner and not _is_data_url(inner):
+                    into.append((value, index, False))
+            elif kind not in _SCALARS:
+                _texts(value, index, inner, into)
 
 
 def _is_data_url(value: str) -> bool:
