@@ -153,7 +153,10 @@ def test_a_summarizer_that_fails_leaves_the_turn_served_uncompacted(
         if failure == "refused"
         else {"broken": openai_upstream(paced_sim.openai_base_url(0))}
     )
-    compact = {"mode": "compact", "every_turns": 2, "summarizer": "cheap", "timeout_s": 0.3}
+    # A refused summary fails at once, however busy the machine: its time limit is left wide
+    # so that only the refusal can fail it; the paced one takes seconds, well over 0.3 s.
+    timeout_s = 0.3 if failure == "timeout" else 10.0
+    compact = {"mode": "compact", "every_turns": 2, "summarizer": "cheap", "timeout_s": timeout_s}
     with running_gateway(config(upstream, tmp_path, compact, **broken)) as gateway, captured_logs() as logs:
         responses = converse(gateway.url, f"failing-{uuid.uuid4().hex}", 4)
     assert all("x-tollgate-checkpoint" not in r.headers for r in responses)
