@@ -87,8 +87,8 @@ _SCALARS = frozenset({type(None), bool, int, float})  # JSON's values that hold 
 def _texts(container: dict[str, Any] | list[Any], key: Any, value: Any, into: list[Slot]) -> None:
     """The texts at `container[key]`, at any depth, less what is structure or not text, into
     `into` (a walk that appends, not nested generators: it runs on every request, over a
-    history that grows each turn of a session: a dict's or a list's plain strings, numbers,
-    nulls and function objects are taken in its loop, without a call each)."""
+    history that grows each turn of a session: a dict's or a list's plain strings, numbers
+    and nulls are taken in its loop, without a call each)."""
     if isinstance(key, str):
         if key in _SKIPPED:
             return
@@ -105,9 +105,6 @@ def _texts(container: dict[str, Any] | list[Any], key: Any, value: Any, into: li
             if kind is str and inner_key.__class__ is str:
                 if inner and inner_key not in _SKIPPED and not _is_data_url(inner):
                     into.append((value, inner_key, False))
-            elif kind is dict and inner_key in FUNCTIONS:
-                if isinstance(inner.get("arguments"), str):
-                    into.append((inner, "arguments", True))
             elif kind not in _SCALARS:
                 _texts(value, inner_key, inner, into)
     elif isinstance(value, list):
