@@ -14,13 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from adapters.state.sqlite_files import open_wal
 from gateway.errors import StateStoreUnavailable
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, expires_at REAL NOT NULL, record BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS responses_expiry ON responses (expires_at);
 """
-_BUSY_TIMEOUT_S = 10.0
+_BUSY_TIMEOUT_MS = 10_000
 
 
 class SQLiteResponseStore:
@@ -55,9 +56,7 @@ class SQLiteResponseStore:
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
             Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
+            db = open_wal(self._path, _BUSY_TIMEOUT_MS)
             db.executescript(_SCHEMA)
             self._db = db
         return self._db
