@@ -1,22 +1,57 @@
-"""The one module that sends HTTP requests upstream, on aiohttp.
+"""The one module that sends HTTP requests upstream: HTTP/1.1 over keep-alive connections,
+on asyncio's transports and httptools (llhttp, the parser of Node.js, also uvicorn's).
 
-aiohttp is used directly (not httpx) because it is the transport that keeps a Python
-proxy fast on this hardware: see docs/benchmarks.md. Every aiohttp and socket exception
-is translated here, in `_translated`, into the gateway's own UpstreamError family.
+Why not a general client: aiohttp's, used before, cost the gateway more CPU per request than
+all of its own spine (docs/benchmarks.md, "Upstream client": about five times this module's
+per request, measured side by side). An upstream call needs little of what a general client
+offers, so this module does what the gateway needs and no more:
+
+- a pool of connections per client (one client per upstream), at most `max_connections`
+  open, the most recently used first, idle ones dropped after `IDLE_S`;
+- bodies delimited by Content-Length, chunked, or the connection's end; gzip and deflate
+  decoded (the only encodings it asks for);
+- timeouts: the connection's, the head's, each wait for bytes, the whole answer's;
+- back-pressure: reading pauses while a stream holds more than `PAUSE_BYTES` unread.
+
+Not done, on purpose: redirects are not followed (an upstream's 3xx reaches its adapter as any
+other status: a redirect must not carry an upstream's credentials elsewhere), cookies are
+kept nowhere (one pool serves every tenant: a cookie one tenant's answer set must never ride
+on another's request), no proxy, no User-Agent. Every failure is raised as the gateway's own
+UpstreamError family, the same codes the adapters and the forwarder's retries read.
+
+Callers pass header names lower-case (the adapters do); `accept: */*` and
+`accept-encoding: gzip, deflate` are added when missing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
-import time
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+import base64
+import collections
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from typing import NamedTuple
+from urllib.parse import unquote, urlsplit
 
-import aiohttp
-from multidict import CIMultiDict
-
+from adapters.upstream.http_connection import (
+    PAUSE_BYTES,
+    Connection,
+    Failure,
+    decode,
+    decoded,
+    decoder_for,
+    lower_headers,
+)
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+
+IDLE_S = 15.0
+"""An idle connection older than this is closed rather than reused (servers close theirs
+after 5 to 75 s; one they closed is noticed as soon as its end arrives)."""
+
+_TARGETS_KEPT = 256  # parsed URLs remembered per client (an adapter has a handful)
+_ACCEPT = "accept: */*\r\n"
+_ACCEPT_ENCODING = "accept-encoding: gzip, deflate\r\n"
 
 
 class RawResponse:
@@ -25,7 +60,7 @@ class RawResponse:
 
     __slots__ = ("_headers", "_received", "body", "status")
 
-    def __init__(self, status: int, received: Mapping[str, str], body: bytes) -> None:
+    def __init__(self, status: int, received: list[tuple[bytes, bytes]], body: bytes) -> None:
         self.status = status
         self.body = body
         self._received = received
@@ -34,26 +69,62 @@ class RawResponse:
     @property
     def headers(self) -> dict[str, str]:
         if self._headers is None:
-            self._headers = _lower(self._received)
+            self._headers = lower_headers(self._received)
         return self._headers
 
 
-_NO_USER_AGENT: CIMultiDict[None] = CIMultiDict({"User-Agent": None})  # shared, never changed
+class _Target(NamedTuple):
+    """Where a URL's requests go, and the parts of their head that never change."""
+
+    key: tuple[str, int, bool]  # host, port, TLS: connections are pooled by it
+    host: str
+    port: int
+    tls: bool
+    post_head: str  # request line and Host (and Authorization from the URL's user info)
+    get_head: str
 
 
-class _NoUserAgentRequest(aiohttp.ClientRequest):
-    """aiohttp's request without the User-Agent header it would add (what the session's
-    `skip_auto_headers=("User-Agent",)` does), and without that option's cost: a header
-    dict built, sorted and merged for every request (docs/benchmarks.md, "Leases"). aiohttp's
-    other default headers (Accept, Accept-Encoding) are added as aiohttp adds them. A request's
-    own `skip_auto_headers` is not read: this module passes none."""
+def _target(url: str) -> _Target:
+    parts = urlsplit(url)
+    try:
+        given_port = parts.port
+    except ValueError:
+        given_port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or given_port == -1:
+        raise UpstreamError(f"Cannot send a request to {url!r}: not an http(s) URL.")
+    tls = parts.scheme == "https"
+    port = given_port or (443 if tls else 80)
+    host = parts.hostname
+    shown = f"[{host}]" if ":" in host else host
+    if given_port is not None and given_port != (443 if tls else 80):
+        shown = f"{shown}:{port}"
+    path = ((parts.path or "/") + (f"?{parts.query}" if parts.query else "")).replace(" ", "%20")
+    fixed = f"host: {shown}\r\n"
+    if parts.username is not None:
+        secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        fixed += f"authorization: Basic {base64.b64encode(secret).decode()}\r\n"
+    return _Target(
+        (host, port, tls),
+        host,
+        port,
+        tls,
+        f"POST {path} HTTP/1.1\r\n{fixed}",
+        f"GET {path} HTTP/1.1\r\n{fixed}",
+    )
 
-    def update_auto_headers(self, skip_auto_headers: Any) -> None:
-        self._skip_auto_headers = _NO_USER_AGENT  # what aiohttp reads it for later (payload headers)
-        headers = self.headers
-        for name, value in self.DEFAULT_HEADERS.items():
-            if name not in headers:
-                headers[name] = value
+
+def _head(start: str, headers: dict[str, str], body: bytes | None) -> bytes:
+    lines = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+    # A name or value with a line break would start a header (or a request) of its own.
+    if lines.count("\n") != len(headers) or lines.count("\r") != len(headers):
+        raise UpstreamError("A header for the upstream contained a line break; the request was not sent.")
+    if "accept" not in headers:
+        lines += _ACCEPT
+    if "accept-encoding" not in headers:
+        lines += _ACCEPT_ENCODING
+    if body is not None:
+        lines += f"content-length: {len(body)}\r\n"
+    return f"{start}{lines}\r\n".encode()
 
 
 class HttpClient:
@@ -62,40 +133,55 @@ class HttpClient:
     def __init__(self, upstream: str, *, max_connections: int, connect_timeout: float) -> None:
         self._upstream = upstream
         self._connect_timeout = connect_timeout
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=max_connections, ttl_dns_cache=300),
-            # One session serves every tenant: a cookie an upstream sets must not ride along
-            # on another tenant's requests.
-            cookie_jar=aiohttp.DummyCookieJar(),
-            auto_decompress=True,
-            raise_for_status=False,
-            request_class=_NoUserAgentRequest,  # no User-Agent header: see the class
-        )
+        self._limit = max(max_connections, 1)
+        self._open = 0
+        self._idle: dict[tuple[str, int, bool], list[Connection]] = {}
+        self._all: set[Connection] = set()
+        self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._targets: dict[str, _Target] = {}
+        self._tls: ssl.SSLContext | None = None
+        self._closed = False
 
     async def post(
         self, url: str, body: bytes, headers: dict[str, str], seconds: float, head_within: float | None = None
     ) -> RawResponse:
         """POST and read the whole answer within `seconds` (the caller's remaining deadline), its
-        head within `head_within` of them: an upstream that hangs fails then, not at the deadline."""
+        head within `head_within` of them: an upstream that hangs fails then, not at the deadline;
+        each later wait for bytes is bounded by the same."""
         head_s = seconds if head_within is None else min(head_within, seconds)
-        # aiohttp's own timers: `total` for the whole answer, `sock_read` for each wait for
-        # bytes, the first of which is the wait for the head (the body of a non-streamed answer
-        # follows its head at once).
-        timeout = aiohttp.ClientTimeout(total=seconds, connect=self._connect_timeout, sock_read=head_s)
-        with self._translated(head_s):
-            async with self._session.post(
-                url, data=_payload(body), headers=headers, timeout=timeout
-            ) as response:
-                payload = await response.read()
-                return RawResponse(response.status, response.headers, payload)
+        target = self._target_of(url)
+        head = _head(target.post_head, headers, body)
+        return await self._whole(target, head, body, seconds, head_s)
 
     async def get(self, url: str, headers: dict[str, str], seconds: float) -> RawResponse:
-        timeout = seconds
-        with self._translated(timeout):
-            async with self._session.get(
-                url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as response:
-                return RawResponse(response.status, response.headers, await response.read())
+        target = self._target_of(url)
+        return await self._whole(target, _head(target.get_head, headers, None), None, seconds, seconds)
+
+    async def _whole(
+        self, target: _Target, head: bytes, body: bytes | None, seconds: float, head_s: float
+    ) -> RawResponse:
+        loop_time = asyncio.get_running_loop().time
+        deadline = loop_time() + seconds
+        conn = await self._connection(target, deadline, head_s)
+        try:
+            conn.send(head, body)
+            parts: list[bytes] = []  # a large body's first parts, taken so reading never pauses
+            while not conn.complete:
+                if conn.failure is not None:
+                    raise conn.failure
+                if conn.buffered > PAUSE_BYTES:
+                    parts.append(conn.take())
+                await conn.wait(min(head_s, deadline - loop_time()))
+            data = conn.take()
+            if parts:
+                data = b"".join([*parts, data])
+            data = decoded(conn.headers, data)
+            response = RawResponse(conn.status, conn.headers, data)
+        except BaseException as exc:
+            conn.close()
+            raise self._translated(exc, head_s) from None
+        self._release(conn)
+        return response
 
     async def open_stream(
         self,
@@ -112,116 +198,270 @@ class HttpClient:
         send their head at once and the first event after prefill), the head alone also
         `head_within`; `between_chunks_timeout` each later wait for bytes.
         """
-        first_by = time.monotonic() + first_byte_timeout
+        loop_time = asyncio.get_running_loop().time
+        first_by = loop_time() + first_byte_timeout
         head_s = first_byte_timeout if head_within is None else min(head_within, first_byte_timeout)
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=self._connect_timeout, sock_read=first_byte_timeout
-        )
-        with self._translated(head_s):
-            async with asyncio.timeout(head_s):
-                response = await self._session.post(
-                    url, data=_payload(body), headers=headers, timeout=timeout
-                )
-        stream = StreamResponse(response, self, between_chunks_timeout, first_by)
-        stream.set_read_timeout(max(first_by - time.monotonic(), 0.001))
+        head_by = loop_time() + head_s
+        target = self._target_of(url)
+        conn = await self._connection(target, head_by, head_s)
+        try:
+            conn.send(_head(target.post_head, headers, body), body)
+            while not conn.head_done:
+                if conn.failure is not None:
+                    raise conn.failure
+                await conn.wait(head_by - loop_time())
+        except BaseException as exc:
+            conn.close()
+            raise self._translated(exc, head_s) from None
+        stream = StreamResponse(conn, self, between_chunks_timeout, first_by)
+        stream.set_read_timeout(max(first_by - loop_time(), 0.001))
         return stream
 
-    def _translated(self, timeout: float) -> _Translated:
-        return _Translated(self._upstream, timeout)
+    def _target_of(self, url: str) -> _Target:
+        target = self._targets.get(url)
+        if target is None:
+            target = _target(url)
+            if len(self._targets) < _TARGETS_KEPT:
+                self._targets[url] = target
+        return target
+
+    async def _connection(self, target: _Target, deadline: float, head_s: float) -> Connection:
+        """An idle connection to the target, or a new one when the limit allows; else the
+        first to come free, waited for until `deadline`."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._closed:
+                raise UpstreamUnavailable(
+                    f"Upstream {self._upstream!r}: the client is closed.", upstream=self._upstream
+                )
+            idle = self._idle.get(target.key)
+            while idle:
+                conn = idle.pop()
+                if conn.usable() and loop.time() - conn.idle_since < IDLE_S:
+                    return conn
+                conn.close()
+            if self._open >= self._limit:
+                self._close_an_idle_one()
+            if self._open < self._limit:
+                return await self._connect(target, deadline, head_s)
+            waiter = loop.create_future()
+            self._slot_waiters.append(waiter)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await waiter
+            except BaseException as exc:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # woken as this request gave up: the slot goes to the next
+                raise self._timeout(head_s) if isinstance(exc, TimeoutError) else exc from None
+            finally:
+                if not waiter.done():
+                    waiter.cancel()
+                _discard(self._slot_waiters, waiter)
+
+    async def _connect(self, target: _Target, deadline: float, head_s: float) -> Connection:
+        loop = asyncio.get_running_loop()
+        self._open += 1
+        try:
+            tls = self._tls_context() if target.tls else None
+            async with asyncio.timeout_at(min(deadline, loop.time() + self._connect_timeout)):
+                _, conn = await loop.create_connection(
+                    lambda: Connection(target.key, self._forget),
+                    target.host,
+                    target.port,
+                    ssl=tls,
+                    server_hostname=target.host if tls is not None else None,
+                )
+        except TimeoutError:
+            self._slot_freed()
+            raise self._timeout(head_s) from None
+        except OSError:
+            self._slot_freed()
+            raise UpstreamUnavailable(
+                f"Cannot connect to upstream {self._upstream!r}.", upstream=self._upstream
+            ) from None
+        except BaseException:
+            self._slot_freed()
+            raise
+        if conn.closed:  # gone before it could be used
+            self._slot_freed()
+            raise UpstreamUnavailable(
+                f"Cannot connect to upstream {self._upstream!r}.", upstream=self._upstream
+            )
+        conn.counted = True
+        self._all.add(conn)
+        return conn
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        return self._tls
+
+    def _close_an_idle_one(self) -> None:
+        """At the limit with idle connections to other targets: the oldest of them goes."""
+        oldest: Connection | None = None
+        for idle in self._idle.values():
+            if idle and (oldest is None or idle[0].idle_since < oldest.idle_since):
+                oldest = idle[0]
+        if oldest is not None:
+            oldest.close()
+
+    def _release(self, conn: Connection) -> None:
+        if not conn.reusable() or self._closed:
+            conn.close()
+            return
+        conn.busy = False
+        conn.idle_since = asyncio.get_running_loop().time()
+        self._idle.setdefault(conn.key, []).append(conn)
+        self._wake_one()
+
+    def _forget(self, conn: Connection) -> None:
+        """A connection closed (by either side): out of the pool and the count."""
+        idle = self._idle.get(conn.key)
+        if idle and conn in idle:
+            idle.remove(conn)
+        if conn.counted:
+            conn.counted = False
+            self._all.discard(conn)
+            self._slot_freed()
+
+    def _slot_freed(self) -> None:
+        self._open -= 1
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _timeout(self, seconds: float) -> UpstreamTimeout:
+        return UpstreamTimeout(
+            f"Upstream {self._upstream!r} did not answer within {seconds:.1f}s.", upstream=self._upstream
+        )
+
+    def _translated(self, exc: BaseException, timeout: float) -> BaseException:
+        """An exception of a request in progress, as the gateway's own UpstreamError family
+        (`timeout`: the one the message names); any other (a cancellation) as it is."""
+        name = self._upstream
+        if isinstance(exc, UpstreamError):
+            return exc
+        if isinstance(exc, TimeoutError):
+            return self._timeout(timeout)
+        if isinstance(exc, Failure):
+            if exc.kind == "disconnected":
+                return UpstreamUnavailable(
+                    f"Upstream {name!r} closed the connection.", code="upstream_disconnected", upstream=name
+                )
+            if exc.kind == "incomplete":
+                return UpstreamError(
+                    f"Upstream {name!r} sent an incomplete response.",
+                    code="upstream_incomplete",
+                    upstream=name,
+                )
+            return UpstreamError(f"Upstream {name!r} sent a malformed response.", upstream=name)
+        if isinstance(exc, OSError):
+            return UpstreamUnavailable(
+                f"Upstream {name!r} closed the connection.", code="upstream_disconnected", upstream=name
+            )
+        return exc
 
     async def aclose(self) -> None:
-        await self._session.close()
+        self._closed = True
+        for conn in list(self._all):
+            conn.close()
+        self._idle.clear()
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
 
-class _Translated:
-    """Every aiohttp and socket exception raised in its block, as the gateway's own
-    UpstreamError family (`timeout`: the one the message names). A class rather than a
-    generator context manager: it wraps every upstream request."""
-
-    __slots__ = ("_timeout", "_upstream")
-
-    def __init__(self, upstream: str, timeout: float) -> None:
-        self._upstream = upstream
-        self._timeout = timeout
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        if kind is None or not issubclass(kind, Exception) or issubclass(kind, UpstreamError):
-            return
-        name = self._upstream
-        if issubclass(kind, (TimeoutError, aiohttp.ServerTimeoutError)):
-            raise UpstreamTimeout(
-                f"Upstream {name!r} did not answer within {self._timeout:.1f}s.", upstream=name
-            ) from None
-        if issubclass(kind, aiohttp.ClientConnectorError):
-            raise UpstreamUnavailable(f"Cannot connect to upstream {name!r}.", upstream=name) from None
-        if issubclass(kind, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionError)):
-            raise UpstreamUnavailable(
-                f"Upstream {name!r} closed the connection.", code="upstream_disconnected", upstream=name
-            ) from None
-        if issubclass(kind, aiohttp.ClientPayloadError):
-            raise UpstreamError(
-                f"Upstream {name!r} sent an incomplete response.", code="upstream_incomplete", upstream=name
-            ) from None
-        if issubclass(kind, aiohttp.ClientError):
-            raise UpstreamError(f"Upstream {name!r} failed.", upstream=name) from None
+def _discard(waiters: collections.deque[asyncio.Future[None]], waiter: asyncio.Future[None]) -> None:
+    with contextlib.suppress(ValueError):  # already taken off by the one who woke it
+        waiters.remove(waiter)
 
 
 class StreamResponse:
-    def __init__(
-        self, response: aiohttp.ClientResponse, client: HttpClient, between: float, first_by: float
-    ) -> None:
-        self._response = response
+    """A streamed answer whose head is in: its status and headers, and its body as it comes."""
+
+    def __init__(self, conn: Connection, client: HttpClient, between: float, first_by: float) -> None:
+        self._closed = False
+        self._conn = conn
         self._client = client
         self._between = between
-        self._first_by = first_by  # time.monotonic() by which the first bytes of the body must be in
-        self.status = response.status
-        self.headers = _lower(response.headers)
+        self._first_by = first_by  # loop time by which the first bytes of the body must be in
+        self._read_timeout = between
+        self._decoder = decoder_for(conn.headers)
+        self.status = conn.status
+        self._received = conn.headers
+        self._headers: dict[str, str] | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        if self._headers is None:
+            self._headers = lower_headers(self._received)
+        return self._headers
 
     def set_read_timeout(self, seconds: float) -> None:
-        """The longest silence allowed from now on (aiohttp's own timer, reset by every packet)."""
-        connection = self._response.connection
-        protocol = connection.protocol if connection is not None else None
-        if protocol is not None:  # None: the whole body is in already
-            protocol.read_timeout = seconds
-            protocol.start_timeout()
+        """The longest silence allowed from now on."""
+        self._read_timeout = seconds
+
+    async def _next(self) -> bytes:
+        """The body's next bytes, all that is in; b"" at its end."""
+        conn = self._conn
+        timeout = self._read_timeout
+        try:
+            while True:
+                if conn.chunks:
+                    data = conn.take()
+                    if self._decoder is not None:
+                        data = decode(self._decoder, data, final=False)
+                        if not data:
+                            continue
+                    return data
+                if conn.complete:
+                    if self._decoder is not None and (rest := decode(self._decoder, b"", final=True)):
+                        return rest
+                    return b""
+                if conn.failure is not None:
+                    raise conn.failure
+                await conn.wait(timeout)
+        except BaseException as exc:
+            conn.close()
+            raise self._client._translated(exc, timeout) from None
 
     async def read(self) -> bytes:
-        with self._client._translated(self._between):
-            return await self._response.read()
+        self._read_timeout = self._between
+        parts = []
+        while block := await self._next():
+            parts.append(block)
+        return b"".join(parts)
 
     async def blocks(self) -> AsyncIterator[bytes]:
         """The body as it arrives: at each step, everything that is in, in one piece."""
-        content = self._response.content
-        with self._client._translated(max(self._first_by - time.monotonic(), 0.0)):
-            block = await content.readany()
+        self._read_timeout = max(self._first_by - asyncio.get_running_loop().time(), 0.0)
+        block = await self._next()
         if not block:
             return
         self.set_read_timeout(self._between)
         yield block
-        with self._client._translated(self._between):
-            while block := await content.readany():
-                yield block
+        while block := await self._next():
+            yield block
 
     def close(self) -> None:
-        if self._response.content.at_eof():
-            self._response.release()  # back to the pool for the next request
+        if self._closed:
+            return
+        self._closed = True
+        conn = self._conn
+        if conn.complete and not conn.chunks:
+            self._client._release(conn)  # back to the pool for the next request
         else:
             # Unfinished: dropping the connection is what tells the upstream to stop generating.
-            self._response.close()
+            conn.close()
 
-
-def _lower(headers: Any) -> dict[str, str]:
-    return {k.lower(): v for k, v in headers.items()}
-
-
-# aiohttp writes a bytes body in one piece, and warns past 1 MiB that this may hold the event
-# loop; a file-like body is written in chunks. Bodies reach the gateway's 4 MiB limit (long
-# histories, images as data URLs).
-_ONE_PIECE_MAX = 1024 * 1024
-
-
-def _payload(body: bytes) -> bytes | io.BytesIO:
-    return io.BytesIO(body) if len(body) > _ONE_PIECE_MAX else body
+    def __del__(self) -> None:
+        # A stream dropped without close() must not hold a slot of the pool for good.
+        if not self._closed:
+            self._closed = True
+            self._conn.close()

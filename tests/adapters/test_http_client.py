@@ -41,7 +41,7 @@ async def cookie_setting_upstream() -> AsyncIterator[tuple[str, list[str | None]
         return response
 
     async with serving(web.Application(), answer) as port:
-        # A host name: aiohttp would keep no cookie of a bare IP address anyway.
+        # A host name: a cookie jar would keep no cookie of a bare IP address anyway.
         yield f"http://localhost:{port}/v1/chat/completions", received
 
 
@@ -95,7 +95,7 @@ async def test_bodies_up_to_the_gateways_limit_are_sent_whole_without_warnings(
         stream.close()
     finally:
         await client.aclose()
-    assert received == [body, body]  # warnings are errors here: aiohttp's large-body warning would fail this
+    assert received == [body, body]  # warnings are errors here: a warning about a large body would fail this
 
 
 async def test_a_stream_event_that_never_ends_is_a_malformed_chunk_not_a_growing_buffer() -> None:
@@ -129,9 +129,9 @@ async def test_a_stream_event_that_never_ends_is_a_malformed_chunk_not_a_growing
     assert sum(sent) < 64 * 1024 * 1024  # it stopped reading: the upstream could not send it all
 
 
-async def test_an_upstream_is_sent_the_callers_headers_and_aiohttps_defaults_but_no_user_agent() -> None:
+async def test_an_upstream_is_sent_the_callers_headers_and_the_usual_defaults_but_no_user_agent() -> None:
     """Every request (whole, stream, health check, a large body sent in pieces) carries the
-    caller's headers, aiohttp's Accept and Accept-Encoding, and no User-Agent."""
+    caller's headers, a default Accept and Accept-Encoding, and no User-Agent."""
     seen: list[dict[str, str]] = []
 
     async def answer(request: web.Request) -> web.Response:
