@@ -7,9 +7,12 @@ import asyncio
 import contextlib
 import gc
 import gzip
+import ssl
+import subprocess
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
@@ -393,3 +396,45 @@ async def test_a_stream_dropped_without_close_gives_its_connection_back_to_the_l
         gc.collect()
         assert (await http.post(url, b"{}", {}, 2.0)).status == 200
     assert server.connections == 2
+
+
+@pytest.fixture
+def tls_server_context(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
+    """A server context with a fresh self-signed certificate for localhost, and the
+    certificate's file (what a client must trust)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"),
+            *("-subj", "/CN=localhost"),
+            *("-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context, cert
+
+
+async def test_https_upstreams_are_verified_and_served(
+    tls_server_context: tuple[ssl.SSLContext, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    context, cert = tls_server_context
+    state = Wire(lambda r, w: asyncio.sleep(0))
+    state.handler = answering(ok(b'{"over": "tls"}'), ok(b"again"))(state)
+    server = await asyncio.start_server(state._serve, "127.0.0.1", 0, ssl=context)
+    url = f"https://localhost:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
+    try:
+        # Not trusted: the certificate is refused, as any unknown one.
+        async with client() as http:
+            with pytest.raises(UpstreamUnavailable):
+                await http.post(url, b"{}", {}, 5.0)
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # what the default context trusts
+        async with client() as http:
+            first = await http.post(url, b"{}", {}, 5.0)
+            second = await http.post(url, b"{}", {}, 5.0)
+    finally:
+        server.close()
+    assert (first.body, second.body) == (b'{"over": "tls"}', b"again")
+    assert state.heads[-1].startswith(b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost:")
