@@ -1,9 +1,9 @@
 """The one module that sends HTTP requests upstream: HTTP/1.1 over keep-alive connections,
 on asyncio's transports and httptools (llhttp, the parser of Node.js, also uvicorn's).
 
-Why not a general client: aiohttp's, used before, cost the gateway more CPU per request than
-all of its own spine (docs/benchmarks.md, "Upstream client": about five times this module's
-per request, measured side by side). An upstream call needs little of what a general client
+Why not a general client: aiohttp's, used before, was the largest single cost of the
+gateway's spine, about four times this module's CPU per request measured side by side
+(docs/benchmarks.md, "Upstream client"). An upstream call needs little of what a general client
 offers, so this module does what the gateway needs and no more:
 
 - a pool of connections per client (one client per upstream), at most `max_connections`
@@ -29,10 +29,13 @@ import asyncio
 import base64
 import collections
 import contextlib
+import socket
 import ssl
 from collections.abc import AsyncIterator
 from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
+
+import aiohappyeyeballs
 
 from adapters.upstream.http_connection import (
     PAUSE_BYTES,
@@ -49,6 +52,7 @@ IDLE_S = 15.0
 """An idle connection older than this is closed rather than reused (servers close theirs
 after 5 to 75 s; one they closed is noticed as soon as its end arrives)."""
 
+_HAPPY_EYEBALLS_S = 0.25  # the head start one address family gets over the next (aiohttp's too)
 _TARGETS_KEPT = 256  # parsed URLs remembered per client (an adapter has a handful)
 _ACCEPT = "accept: */*\r\n"
 _ACCEPT_ENCODING = "accept-encoding: gzip, deflate\r\n"
@@ -264,13 +268,22 @@ class HttpClient:
         try:
             tls = self._tls_context() if target.tls else None
             async with asyncio.timeout_at(min(deadline, loop.time() + self._connect_timeout)):
-                _, conn = await loop.create_connection(
-                    lambda: Connection(target.key, self._forget),
-                    target.host,
-                    target.port,
-                    ssl=tls,
-                    server_hostname=target.host if tls is not None else None,
+                # Every address the name has, IPv6 and IPv4 raced as aiohttp does (RFC 8305):
+                # an unreachable family costs a quarter of a second, not the connect timeout.
+                addresses = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+                sock = await aiohappyeyeballs.start_connection(
+                    addresses, happy_eyeballs_delay=_HAPPY_EYEBALLS_S, interleave=1
                 )
+                try:
+                    _, conn = await loop.create_connection(
+                        lambda: Connection(target.key, self._forget),
+                        sock=sock,
+                        ssl=tls,
+                        server_hostname=target.host if tls is not None else None,
+                    )
+                except BaseException:
+                    sock.close()
+                    raise
         except TimeoutError:
             self._slot_freed()
             raise self._timeout(head_s) from None
