@@ -58,23 +58,31 @@ _ACCEPT = "accept: */*\r\n"
 _ACCEPT_ENCODING = "accept-encoding: gzip, deflate\r\n"
 
 
-class RawResponse:
-    """A whole answer: its status, body and headers (names lower-cased, made when first read:
-    most answers are 200s whose headers nobody reads)."""
+class _Headed:
+    """An answer's headers as received, as a dict with lower-cased names made when first read
+    (most answers are 200s whose headers nobody reads)."""
 
-    __slots__ = ("_headers", "_received", "body", "status")
-
-    def __init__(self, status: int, received: list[tuple[bytes, bytes]], body: bytes) -> None:
-        self.status = status
-        self.body = body
-        self._received = received
-        self._headers: dict[str, str] | None = None
+    __slots__ = ("_headers", "_received")
+    _received: list[tuple[bytes, bytes]]
+    _headers: dict[str, str] | None
 
     @property
     def headers(self) -> dict[str, str]:
         if self._headers is None:
             self._headers = lower_headers(self._received)
         return self._headers
+
+
+class RawResponse(_Headed):
+    """A whole answer: its status, body and headers."""
+
+    __slots__ = ("body", "status")
+
+    def __init__(self, status: int, received: list[tuple[bytes, bytes]], body: bytes) -> None:
+        self.status = status
+        self.body = body
+        self._received = received
+        self._headers = None
 
 
 class _Target(NamedTuple):
@@ -395,7 +403,7 @@ def _discard(waiters: collections.deque[asyncio.Future[None]], waiter: asyncio.F
         waiters.remove(waiter)
 
 
-class StreamResponse:
+class StreamResponse(_Headed):
     """A streamed answer whose head is in: its status and headers, and its body as it comes."""
 
     def __init__(self, conn: Connection, client: HttpClient, between: float, first_by: float) -> None:
@@ -408,13 +416,7 @@ class StreamResponse:
         self._decoder = decoder_for(conn.headers)
         self.status = conn.status
         self._received = conn.headers
-        self._headers: dict[str, str] | None = None
-
-    @property
-    def headers(self) -> dict[str, str]:
-        if self._headers is None:
-            self._headers = lower_headers(self._received)
-        return self._headers
+        self._headers = None
 
     def set_read_timeout(self, seconds: float) -> None:
         """The longest silence allowed from now on."""

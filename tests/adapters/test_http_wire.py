@@ -294,19 +294,23 @@ async def test_a_cancelled_request_drops_its_connection() -> None:
     assert server.connections == 2
 
 
+def unfinished_stream_then_ok(state: Wire) -> Handler:
+    """The first connection gets a stream that never ends; each later one a whole answer."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        first = state.connections == 1
+        await state.read_request(reader)
+        writer.write(UNFINISHED if first else ok(b"{}"))
+        await reader.read()
+
+    return handler
+
+
+UNFINISHED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n"
+
+
 async def test_a_stream_not_read_to_its_end_is_not_reused() -> None:
-    events = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n"
-
-    def handler_of(state: Wire) -> Handler:
-        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            first = state.connections == 1
-            await state.read_request(reader)
-            writer.write(events if first else ok(b"{}"))  # the stream goes on, unfinished
-            await reader.read()
-
-        return handler
-
-    async with wire(handler_of) as server, client() as http:
+    async with wire(unfinished_stream_then_ok) as server, client() as http:
         url = f"http://127.0.0.1:{server.port}/"
         stream = await http.open_stream(url, b"{}", {}, 5.0, 5.0)
         assert await anext(stream.blocks()) == b"first"
@@ -378,18 +382,7 @@ async def test_a_port_nobody_listens_on_is_cannot_connect() -> None:
 
 
 async def test_a_stream_dropped_without_close_gives_its_connection_back_to_the_limit() -> None:
-    events = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n"
-
-    def handler_of(state: Wire) -> Handler:
-        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            first = state.connections == 1
-            await state.read_request(reader)
-            writer.write(events if first else ok(b"{}"))
-            await reader.read()
-
-        return handler
-
-    async with wire(handler_of) as server, client(max_connections=1) as http:
+    async with wire(unfinished_stream_then_ok) as server, client(max_connections=1) as http:
         url = f"http://127.0.0.1:{server.port}/"
         stream = await http.open_stream(url, b"{}", {}, 5.0, 5.0)
         del stream
