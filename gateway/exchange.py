@@ -148,6 +148,9 @@ class Exchange:
     attempts: list[Attempt] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     produced_chars: int = 0  # generated text relayed (content, reasoning, tool-call arguments)
+    # The streamed chunk being guarded has others of the same upstream read after it: its
+    # events go out with theirs (Pipeline.relay), so a guard may hold its text until the last.
+    more_in_hand: bool = False
     response_model: str | None = None
     finish_reasons: list[str] = field(default_factory=list)
     status: int = 0

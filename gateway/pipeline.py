@@ -103,7 +103,8 @@ class Pipeline:
 
         The first events go out as soon as they are ready; after them, the events of the
         chunks one upstream read brought (those the stream has in hand, `ready`) go out
-        together, as one message, when the last of them has been through the guards.
+        together, as one message, when the last of them has been through the guards; the
+        guards know which chunks have others after them (`Exchange.more_in_hand`).
 
         A failure mid-stream (the upstream's, or a guard's) becomes an error event and the stream ends without
         [DONE], which OpenAI clients report as an error. The upstream stream is closed in
@@ -116,6 +117,7 @@ class Pipeline:
         try:
             chunk = opened.first
             while chunk is not None:
+                exchange.more_in_hand = started and ready() > 0
                 for out in self._guard_chunk(exchange, chunk, 0):
                     if event := encoder.chunk(out):
                         held.append(event)
@@ -124,6 +126,7 @@ class Pipeline:
                     held.clear()
                     started = True
                 chunk = await deadline.next(opened.chunks)
+            exchange.more_in_hand = False
             if held:  # a stream that said it had more in hand, and ended
                 yield b"".join(held)
                 held.clear()

@@ -6,6 +6,12 @@ arguments, so each holds back only what a match in progress needs; everything el
 goes out in the chunk it arrived in. Held text joins a later chunk of the same choice
 (at the latest the one carrying its finish_reason), or a closing chunk at the end.
 
+A text delta followed by others of the same upstream read (`Exchange.more_in_hand`: their
+events go out together) is not scanned on its own: its window takes it unscanned and the
+chunk is dropped, and the read's last chunk scans it with its own text and carries what is
+released. The client gets the same text at the same moment, in fewer events, and a busy
+gateway, whose reads bring several chunks each, scans once per read rather than per chunk.
+
 Everything an upstream sends that reaches the client goes through it, error texts included
 (`on_error`: an upstream's 400 may quote the request).
 
@@ -37,6 +43,8 @@ logger = logging.getLogger("tollgate.redaction")
 # SGLang reasoning parsers, DeepSeek, Kimi), the answer, a refusal. Window keys: these names
 # for texts, the index for a tool call's arguments.
 TEXT_FIELDS = ("reasoning_content", "reasoning", "content", "refusal")
+_TEXT_FIELD_SET = frozenset(TEXT_FIELDS)
+_PLAIN_KEYS = frozenset(("delta", "index"))  # a plain text delta's choice: any other key is null
 CONTENT_FILTER = "content_filter"
 _ENVELOPE = ("id", "object", "created", "model", "system_fingerprint")
 
@@ -61,6 +69,8 @@ class RedactionGuard:
         if state is None or not state.guards_response:
             return [chunk]
         try:
+            if exchange.more_in_hand and self._deferred(state, chunk):
+                return []
             return self._redact_chunk(state, chunk)
         except Exception as exc:
             self._failed(exchange, state, exc)
@@ -121,12 +131,47 @@ class RedactionGuard:
 
     # streamed
 
-    def _redact_chunk(self, state: RedactionState, chunk: Chunk) -> list[Chunk]:
+    def _deferred(self, state: RedactionState, chunk: Chunk) -> bool:
+        """Whether `chunk` was one choice's text and nothing else, now taken unscanned by its
+        window (the only window holding unscanned text): the chunk is then dropped."""
         data = chunk.data
         choices = data.get("choices")
-        if not isinstance(choices, list) or not choices:
-            return [chunk]
+        if type(choices) is not list or len(choices) != 1 or data.get("usage") is not None:
+            return False
+        choice = choices[0]
+        if type(choice) is not dict:
+            return False
+        delta = choice.get("delta")
+        if type(delta) is not dict or len(delta) != 1:
+            return False
+        for name, value in choice.items():  # no finish_reason, no logprobs, nothing else of note
+            if value is not None and name not in _PLAIN_KEYS:
+                return False
+        ((field, text),) = delta.items()
+        if field not in _TEXT_FIELD_SET or type(text) is not str or not text:
+            return False
         stream = state.stream
+        if stream is None:
+            stream = state.stream = StreamState(envelope={k: data[k] for k in _ENVELOPE if k in data})
+        index = choice.get("index", 0)
+        key = (index, field)
+        if index in stream.stopped or (stream.deferred is not None and stream.deferred != key):
+            return False
+        self._window(state, stream, index, field).defer(text)
+        stream.deferred = key
+        return True
+
+    def _redact_chunk(self, state: RedactionState, chunk: Chunk) -> list[Chunk]:
+        data = chunk.data
+        stream = state.stream
+        caught_up: list[Chunk] = []
+        if stream is not None and stream.deferred is not None:
+            key, stream.deferred = stream.deferred, None
+            if not _pushes(data, key, stream.windows):
+                caught_up = self._caught_up(stream, key)
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return [*caught_up, chunk]
         if stream is None:
             stream = state.stream = StreamState(envelope={k: data[k] for k in _ENVELOPE if k in data})
         changed = False
@@ -136,7 +181,24 @@ class RedactionGuard:
                 changed |= self._redact_delta(state, stream, choice, delta)
         if changed:
             chunk.dirty = True
-        return [chunk]
+        return [*caught_up, chunk]
+
+    def _caught_up(self, stream: StreamState, key: tuple[int, str]) -> list[Chunk]:
+        """A chunk of its own, before the one at hand, for what a window took unscanned when
+        the read's last chunk does not scan that window itself."""
+        window = stream.windows.get(key)
+        if window is None:
+            return []
+        index, field = key
+        released = window.push("")
+        delta: dict[str, Any] = {field: released} if released else {}
+        choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": None}
+        if window.stopped:
+            self._stop(stream, index, choice, delta, keep_content=True)
+        if not delta:
+            return []
+        data = {**stream.envelope, "choices": [choice]}
+        return [Chunk(orjson.dumps(data), data)]
 
     def _redact_delta(
         self, state: RedactionState, stream: StreamState, choice: dict[str, Any], delta: dict[str, Any]
@@ -202,6 +264,7 @@ class RedactionGuard:
             if text:
                 _append(deltas.setdefault(index, {}), key, text)
         stream.windows.clear()
+        stream.deferred = None
         if not deltas:
             return []
         choices = [{"index": i, "delta": d, "finish_reason": None} for i, d in sorted(deltas.items())]
@@ -285,6 +348,27 @@ class RedactionGuard:
         if state.stream is None:
             return []
         return self._closing(state.stream, {k: w.abandon() for k, w in state.stream.windows.items()})
+
+
+def _pushes(data: dict[str, Any], key: tuple[int, str], windows: dict[tuple[int, int | str], Any]) -> bool:
+    """Whether guarding `data` scans the window of `key` before any other of its choice: the
+    first text its choice's delta carries is that window's, or it carries none and finishes
+    the choice, whose windows are flushed in order, that one first."""
+    index, field = key
+    choices = data.get("choices")
+    for choice in choices if isinstance(choices, list) else ():
+        if isinstance(choice, dict) and choice.get("index", 0) == index:
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                return False
+            for name in TEXT_FIELDS:
+                text = delta.get(name)
+                if isinstance(text, str) and text:
+                    return name == field
+            if choice.get("finish_reason") is None:
+                return False
+            return next((k for k in windows if k[0] == index), None) == key
+    return False
 
 
 def _append(delta: dict[str, Any], key: int | str, text: str) -> None:

@@ -59,6 +59,13 @@ class SlidingWindow:
         found, hold = self._finder.scan(buffer, pos)
         return self._release(buffer, pos, hold, found)
 
+    def defer(self, text: str) -> None:
+        """Take `text` without looking at it yet: the next `push` (or `flush`) scans it with
+        its own, and releases what `push`ing each piece would have released in all. For text
+        whose release could not go out before the next push's anyway (Pipeline.relay)."""
+        if self.stopped is None:
+            self._pending += text
+
     def abandon(self) -> str:
         """The raw text held back, handed over unredacted (fail-open after a failure)."""
         held, self._pending = self._pending, ""
