@@ -43,15 +43,34 @@ class UpstreamResponse:
     body: dict[str, Any]  # OpenAI-shaped, envelope removed
 
 
+TEXT_FIELDS = ("reasoning_content", "reasoning", "content", "refusal")
+"""The texts of a message or a delta, in the order a model writes them: reasoning (vLLM and
+SGLang reasoning parsers, DeepSeek, Kimi), the answer, a refusal."""
+_TEXT_FIELD_SET = frozenset(TEXT_FIELDS)
+_PLAIN_CHOICE_KEYS = frozenset(("index", "delta", "finish_reason", "logprobs"))
+_UNSEEN: Any = object()
+
+
 class Chunk:
     """One streamed event: the JSON text as received, parsed only when someone looks."""
 
-    __slots__ = ("_data", "dirty", "raw")
+    __slots__ = ("_data", "_text", "dirty", "raw")
 
     def __init__(self, raw: bytes, data: dict[str, Any] | None = None) -> None:
         self.raw = raw
         self._data = data
+        self._text: tuple[dict[str, Any], str, str] | None = _UNSEEN
         self.dirty = False  # set by whoever changes `data`, so it is re-serialised
+
+    def text_delta(self) -> tuple[dict[str, Any], str, str] | None:
+        """(its choice, the field, the text) when this chunk is a plain text delta: one choice
+        whose delta is one non-empty text (`TEXT_FIELDS`), no finish_reason, no logprobs, no
+        usage, nothing else of note; None for any other chunk. Worked out at the first look
+        and kept: the guards that ask (the first ones) ask before any of them changes it."""
+        found = self._text
+        if found is _UNSEEN:
+            found = self._text = _text_delta(self.data)
+        return found
 
     @property
     def data(self) -> dict[str, Any]:
@@ -65,6 +84,25 @@ class Chunk:
             self.raw = orjson.dumps(self.data)
             self.dirty = False
         return self.raw
+
+
+def _text_delta(data: dict[str, Any]) -> tuple[dict[str, Any], str, str] | None:
+    try:
+        (choice,) = data["choices"]
+        ((field, text),) = choice["delta"].items()
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None  # the unpacking fails for any other shape: fewer tests for the usual one
+    if field not in _TEXT_FIELD_SET or type(text) is not str or not text or type(choice) is not dict:
+        return None
+    if choice.get("finish_reason") is not None or choice.get("logprobs") is not None:
+        return None
+    if not choice.keys() <= _PLAIN_CHOICE_KEYS and any(
+        value is not None for key, value in choice.items() if key not in _PLAIN_CHOICE_KEYS
+    ):
+        return None
+    if data.get("usage") is not None:
+        return None
+    return choice, field, text
 
 
 class ChunkStream(Protocol):

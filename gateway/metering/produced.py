@@ -19,7 +19,11 @@ class ProducedText:
         exchange.produced_chars += generated_chars(body.get("choices"), "message")
 
     def on_chunk(self, exchange: Exchange, chunk: Chunk) -> list[Chunk]:
-        exchange.produced_chars += generated_chars(chunk.data.get("choices"), "delta")
+        plain = chunk.text_delta()  # most chunks: one text, counted without a walk
+        if plain is None:
+            exchange.produced_chars += generated_chars(chunk.data.get("choices"), "delta")
+        elif plain[1] != "refusal":
+            exchange.produced_chars += len(plain[2])
         return [chunk]
 
     def on_end(self, exchange: Exchange) -> list[Chunk]:

@@ -31,7 +31,7 @@ import orjson
 
 from gateway.errors import GatewayError, RedactionFailed
 from gateway.exchange import Exchange
-from gateway.ports import Chunk
+from gateway.ports import TEXT_FIELDS, Chunk
 from gateway.redaction.scrub import marker
 from gateway.redaction.state import RedactionCounters, RedactionState, StreamState
 from gateway.redaction.tokens import PlaceholderFinder, RestoreOrMask
@@ -39,12 +39,7 @@ from gateway.redaction.window import Finder, Replacement, SlidingWindow, redact_
 
 logger = logging.getLogger("tollgate.redaction")
 
-# The texts of a message (or a delta), in the order the model writes them: reasoning (vLLM and
-# SGLang reasoning parsers, DeepSeek, Kimi), the answer, a refusal. Window keys: these names
-# for texts, the index for a tool call's arguments.
-TEXT_FIELDS = ("reasoning_content", "reasoning", "content", "refusal")
-_TEXT_FIELD_SET = frozenset(TEXT_FIELDS)
-_PLAIN_KEYS = frozenset(("delta", "index"))  # a plain text delta's choice: any other key is null
+# Window keys: the names of the texts (`TEXT_FIELDS`), the index for a tool call's arguments.
 CONTENT_FILTER = "content_filter"
 _ENVELOPE = ("id", "object", "created", "model", "system_fingerprint")
 
@@ -132,32 +127,25 @@ class RedactionGuard:
     # streamed
 
     def _deferred(self, state: RedactionState, chunk: Chunk) -> bool:
-        """Whether `chunk` was one choice's text and nothing else, now taken unscanned by its
-        window (the only window holding unscanned text): the chunk is then dropped."""
-        data = chunk.data
-        choices = data.get("choices")
-        if type(choices) is not list or len(choices) != 1 or data.get("usage") is not None:
+        """Whether `chunk`, a plain text delta, was taken unscanned by its window (the only
+        window holding unscanned text): the chunk is then dropped."""
+        plain = chunk.text_delta()
+        if plain is None:
             return False
-        choice = choices[0]
-        if type(choice) is not dict:
-            return False
-        delta = choice.get("delta")
-        if type(delta) is not dict or len(delta) != 1:
-            return False
-        for name, value in choice.items():  # no finish_reason, no logprobs, nothing else of note
-            if value is not None and name not in _PLAIN_KEYS:
-                return False
-        ((field, text),) = delta.items()
-        if field not in _TEXT_FIELD_SET or type(text) is not str or not text:
-            return False
+        choice, field, text = plain
         stream = state.stream
         if stream is None:
+            data = chunk.data
             stream = state.stream = StreamState(envelope={k: data[k] for k in _ENVELOPE if k in data})
         index = choice.get("index", 0)
         key = (index, field)
-        if index in stream.stopped or (stream.deferred is not None and stream.deferred != key):
+        deferred = stream.deferred
+        if (deferred is not None and deferred != key) or index in stream.stopped:
             return False
-        self._window(state, stream, index, field).defer(text)
+        window = stream.windows.get(key)
+        if window is None:
+            window = self._window(state, stream, index, field)
+        window.defer(text)
         stream.deferred = key
         return True
 
