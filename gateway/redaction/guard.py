@@ -159,7 +159,7 @@ class RedactionGuard:
                 caught_up = self._caught_up(stream, key)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
-            return [*caught_up, chunk]
+            return [*caught_up, chunk] if caught_up else [chunk]
         if stream is None:
             stream = state.stream = StreamState(envelope={k: data[k] for k in _ENVELOPE if k in data})
         changed = False
@@ -169,7 +169,7 @@ class RedactionGuard:
                 changed |= self._redact_delta(state, stream, choice, delta)
         if changed:
             chunk.dirty = True
-        return [*caught_up, chunk]
+        return [*caught_up, chunk] if caught_up else [chunk]
 
     def _caught_up(self, stream: StreamState, key: tuple[int, str]) -> list[Chunk]:
         """A chunk of its own, before the one at hand, for what a window took unscanned when
