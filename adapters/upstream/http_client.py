@@ -31,21 +31,13 @@ import collections
 import contextlib
 import socket
 import ssl
-from collections.abc import AsyncIterator
 from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
 
 import aiohappyeyeballs
 
-from adapters.upstream.http_connection import (
-    PAUSE_BYTES,
-    Connection,
-    Failure,
-    decode,
-    decoded,
-    decoder_for,
-    lower_headers,
-)
+from adapters.upstream.http_answers import RawResponse, StreamResponse
+from adapters.upstream.http_connection import PAUSE_BYTES, Connection, Failure, decoded
 from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 
 IDLE_S = 15.0
@@ -56,33 +48,6 @@ _HAPPY_EYEBALLS_S = 0.25  # the head start one address family gets over the next
 _TARGETS_KEPT = 256  # parsed URLs remembered per client (an adapter has a handful)
 _ACCEPT = "accept: */*\r\n"
 _ACCEPT_ENCODING = "accept-encoding: gzip, deflate\r\n"
-
-
-class _Headed:
-    """An answer's headers as received, as a dict with lower-cased names made when first read
-    (most answers are 200s whose headers nobody reads)."""
-
-    __slots__ = ("_headers", "_received")
-    _received: list[tuple[bytes, bytes]]
-    _headers: dict[str, str] | None
-
-    @property
-    def headers(self) -> dict[str, str]:
-        if self._headers is None:
-            self._headers = lower_headers(self._received)
-        return self._headers
-
-
-class RawResponse(_Headed):
-    """A whole answer: its status, body and headers."""
-
-    __slots__ = ("body", "status")
-
-    def __init__(self, status: int, received: list[tuple[bytes, bytes]], body: bytes) -> None:
-        self.status = status
-        self.body = body
-        self._received = received
-        self._headers = None
 
 
 class _Target(NamedTuple):
@@ -225,7 +190,7 @@ class HttpClient:
         except BaseException as exc:
             conn.close()
             raise self._translated(exc, head_s) from None
-        stream = StreamResponse(conn, self, between_chunks_timeout, first_by)
+        stream = StreamResponse(conn, between_chunks_timeout, first_by, self._release, self._translated)
         stream.set_read_timeout(max(first_by - loop_time(), 0.001))
         return stream
 
@@ -297,17 +262,13 @@ class HttpClient:
             raise self._timeout(head_s) from None
         except OSError:
             self._slot_freed()
-            raise UpstreamUnavailable(
-                f"Cannot connect to upstream {self._upstream!r}.", upstream=self._upstream
-            ) from None
+            raise self._unreachable() from None
         except BaseException:
             self._slot_freed()
             raise
         if conn.closed:  # gone before it could be used
             self._slot_freed()
-            raise UpstreamUnavailable(
-                f"Cannot connect to upstream {self._upstream!r}.", upstream=self._upstream
-            )
+            raise self._unreachable()
         conn.counted = True
         self._all.add(conn)
         return conn
@@ -356,6 +317,9 @@ class HttpClient:
                 waiter.set_result(None)
                 return
 
+    def _unreachable(self) -> UpstreamUnavailable:
+        return UpstreamUnavailable(f"Cannot connect to upstream {self._upstream!r}.", upstream=self._upstream)
+
     def _timeout(self, seconds: float) -> UpstreamTimeout:
         return UpstreamTimeout(
             f"Upstream {self._upstream!r} did not answer within {seconds:.1f}s.", upstream=self._upstream
@@ -369,19 +333,13 @@ class HttpClient:
             return exc
         if isinstance(exc, TimeoutError):
             return self._timeout(timeout)
-        if isinstance(exc, Failure):
-            if exc.kind == "disconnected":
-                return UpstreamUnavailable(
-                    f"Upstream {name!r} closed the connection.", code="upstream_disconnected", upstream=name
-                )
-            if exc.kind == "incomplete":
-                return UpstreamError(
-                    f"Upstream {name!r} sent an incomplete response.",
-                    code="upstream_incomplete",
-                    upstream=name,
-                )
+        if isinstance(exc, Failure) and exc.kind == "incomplete":
+            return UpstreamError(
+                f"Upstream {name!r} sent an incomplete response.", code="upstream_incomplete", upstream=name
+            )
+        if isinstance(exc, Failure) and exc.kind != "disconnected":
             return UpstreamError(f"Upstream {name!r} sent a malformed response.", upstream=name)
-        if isinstance(exc, OSError):
+        if isinstance(exc, (Failure, OSError)):  # disconnected
             return UpstreamUnavailable(
                 f"Upstream {name!r} closed the connection.", code="upstream_disconnected", upstream=name
             )
@@ -401,82 +359,3 @@ class HttpClient:
 def _discard(waiters: collections.deque[asyncio.Future[None]], waiter: asyncio.Future[None]) -> None:
     with contextlib.suppress(ValueError):  # already taken off by the one who woke it
         waiters.remove(waiter)
-
-
-class StreamResponse(_Headed):
-    """A streamed answer whose head is in: its status and headers, and its body as it comes."""
-
-    def __init__(self, conn: Connection, client: HttpClient, between: float, first_by: float) -> None:
-        self._closed = False
-        self._conn = conn
-        self._client = client
-        self._between = between
-        self._first_by = first_by  # loop time by which the first bytes of the body must be in
-        self._read_timeout = between
-        self._decoder = decoder_for(conn.headers)
-        self.status = conn.status
-        self._received = conn.headers
-        self._headers = None
-
-    def set_read_timeout(self, seconds: float) -> None:
-        """The longest silence allowed from now on."""
-        self._read_timeout = seconds
-
-    async def _next(self) -> bytes:
-        """The body's next bytes, all that is in; b"" at its end."""
-        conn = self._conn
-        timeout = self._read_timeout
-        try:
-            while True:
-                if conn.chunks:
-                    data = conn.take()
-                    if self._decoder is not None:
-                        data = decode(self._decoder, data, final=False)
-                        if not data:
-                            continue
-                    return data
-                if conn.complete:
-                    if self._decoder is not None and (rest := decode(self._decoder, b"", final=True)):
-                        return rest
-                    return b""
-                if conn.failure is not None:
-                    raise conn.failure
-                await conn.wait(timeout)
-        except BaseException as exc:
-            conn.close()
-            raise self._client._translated(exc, timeout) from None
-
-    async def read(self) -> bytes:
-        self._read_timeout = self._between
-        parts = []
-        while block := await self._next():
-            parts.append(block)
-        return b"".join(parts)
-
-    async def blocks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives: at each step, everything that is in, in one piece."""
-        self._read_timeout = max(self._first_by - asyncio.get_running_loop().time(), 0.0)
-        block = await self._next()
-        if not block:
-            return
-        self.set_read_timeout(self._between)
-        yield block
-        while block := await self._next():
-            yield block
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        conn = self._conn
-        if conn.complete and not conn.chunks:
-            self._client._release(conn)  # back to the pool for the next request
-        else:
-            # Unfinished: dropping the connection is what tells the upstream to stop generating.
-            conn.close()
-
-    def __del__(self) -> None:
-        # A stream dropped without close() must not hold a slot of the pool for good.
-        if not self._closed:
-            self._closed = True
-            self._conn.close()

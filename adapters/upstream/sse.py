@@ -7,7 +7,8 @@ from typing import Any
 
 import orjson
 
-from adapters.upstream.http_client import HttpClient, StreamResponse
+from adapters.upstream.http_answers import StreamResponse
+from adapters.upstream.http_client import HttpClient
 from gateway.errors import UpstreamError
 from gateway.ports import Chunk, UpstreamRequest
 
