@@ -13,7 +13,12 @@ from gateway.errors import UpstreamError
 from gateway.exchange import Endpoint, Exchange
 from gateway.forward import Forwarder, OpenStream
 from gateway.pipeline import Pipeline
+from gateway.policy.decision import RedactRules
 from gateway.ports import Chunk
+from gateway.redaction.detector import Catalog
+from gateway.redaction.entities import BUILTIN
+from gateway.redaction.guard import RedactionGuard
+from gateway.redaction.state import RedactionCounters, RedactionState
 
 
 def _chunk(n: int) -> Chunk:
@@ -57,12 +62,16 @@ class _Reads:
         self._log.append("closed")
 
 
-async def _relayed(stream: _Reads, log: list[object]) -> None:
+async def _relayed(stream: _Reads, log: list[object], masked: bool = False) -> None:
     exchange = Exchange("r", Endpoint.CHAT, time.monotonic(), time.monotonic() + 30, {}, b"")
+    guards: tuple[RedactionGuard, ...] = ()
+    if masked:
+        exchange.redaction = RedactionState(RedactRules("off", "mask"), Catalog(BUILTIN).detector(), False)
+        guards = (RedactionGuard(RedactionCounters()),)
     chunks = aiter(stream)
     first = await anext(chunks)
     opened = OpenStream(stream, chunks, first, None)  # type: ignore[arg-type]
-    async for message in Pipeline((), Forwarder({}), (), ()).relay(exchange, opened):
+    async for message in Pipeline((), Forwarder({}), guards, ()).relay(exchange, opened):
         log.append(message)
 
 
@@ -97,3 +106,23 @@ async def test_a_failure_sends_the_events_before_it_then_the_error() -> None:
     assert events[:2] == [_event(2)[:-2], _event(3)[:-2]]
     assert orjson.loads(events[2].removeprefix(b"data: "))["error"]["code"] == "upstream_incomplete"
     assert len(log) == 4  # no [DONE]
+
+
+def _text(text: str) -> Chunk:
+    data = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}}]}
+    return Chunk(orjson.dumps(data), data)
+
+
+async def test_a_read_s_text_is_masked_once_and_goes_out_in_its_last_event() -> None:
+    log: list[object] = []
+    second = [" mail ", "jane", ".doe@exam", "ple.com", " now."]
+    reads = [[_text("Hi")], [_text(text) for text in second]]
+    await _relayed(_Reads(reads, log), log, masked=True)
+    messages = [m for m in log if isinstance(m, bytes)]
+    events = [[e.removeprefix(b"data: ") for e in m.split(b"\n\n") if e] for m in messages[:-1]]
+    texts = [[orjson.loads(e)["choices"][0]["delta"]["content"] for e in m] for m in events]
+    # The first read at once ("Hi" may still grow into an address: held), then the second
+    # read's text in one event, its chunks but the last dropped; at the end, the text still
+    # held ("now." may become a domain).
+    assert texts == [[""], ["Hi mail [EMAIL] "], ["now."]]
+    assert messages[-1] == b"data: [DONE]\n\n"
