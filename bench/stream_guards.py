@@ -4,7 +4,10 @@ over a stream shaped as the simulator sends it (a role chunk, text deltas of one
 each, the finish chunk), for a request whose decision allows tools.
 
     python -m bench.stream_guards [--streams 3000] [--rounds 5] [--tokens 16] [--per-read N]
-                                  [--response mask|off] [--tree PATH]
+                                  [--response mask|off] [--shape text|tool] [--tree PATH]
+
+`--shape tool`: a tool call instead of text (the role chunk, the call's opening, its
+arguments in `--tokens` pieces, the finish), of a tool the decision allows.
 
 `--per-read N`: the chunks each upstream read brings (after the first chunk, which goes out
 alone), as `Pipeline.relay` tells the guards (`Exchange.more_in_hand`): 1 for a stream paced
@@ -34,20 +37,29 @@ PROSE = (
 WORDS = PROSE.split(" ")
 
 
-def stream_events(tokens: int) -> list[bytes]:
+def stream_events(tokens: int, shape: str = "text") -> list[bytes]:
     head = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1764633600, "model": "m"}
 
     def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
         return orjson.dumps({**head, "choices": [choice]})
 
+    if shape == "tool":  # one call of the allowed tool, its arguments a token a chunk
+        opening = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather"}}
+        events = [event({"role": "assistant", "content": None}), event({"tool_calls": [opening]})]
+        pieces = ['{"city": "', *(WORDS[n % len(WORDS)] + " " for n in range(tokens - 2)), '"}']
+        events += [event({"tool_calls": [{"index": 0, "function": {"arguments": p}}]}) for p in pieces]
+        events.append(event({}, "tool_calls"))
+        return events
     events = [event({"role": "assistant", "content": ""})]
     events += [event({"content": " " + WORDS[n % len(WORDS)]}) for n in range(tokens)]
     events.append(event({}, "stop"))
     return events
 
 
-def measure(streams: int, rounds: int, tokens: int, per_read: int = 1, response: str = "mask") -> list[float]:
+def measure(
+    streams: int, rounds: int, tokens: int, per_read: int = 1, response: str = "mask", shape: str = "text"
+) -> list[float]:
     from gateway.doors.openai import OPENAI_STREAM
     from gateway.exchange import Endpoint, Exchange
     from gateway.guards import UsageGuard
@@ -66,7 +78,7 @@ def measure(streams: int, rounds: int, tokens: int, per_read: int = 1, response:
     )  # type: ignore[arg-type]
     catalog = Catalog(BUILTIN)
     decision = Decision(allow=True, tools=ToolRules(allowed=frozenset({"get_weather"})))
-    events = stream_events(tokens)
+    events = stream_events(tokens, shape)
     tells = hasattr(Exchange("x", Endpoint.CHAT, 0.0, 1.0, {}, b""), "more_in_hand")  # a code before it: no
     # After the first chunk, whether each has others of its read after it.
     reads = per_read if per_read > 0 else len(events)
@@ -117,16 +129,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=16, help="text deltas per stream")
     parser.add_argument("--per-read", type=int, default=1, help="chunks per upstream read (0: all)")
     parser.add_argument("--response", default="mask", help="the response's redaction mode (off: none)")
+    parser.add_argument("--shape", choices=("text", "tool"), default="text", help="text, or a tool call")
     parser.add_argument("--tree", help="also this checkout's gateway, alternating (before)")
     parser.add_argument("--pairs", type=int, default=3, help="with --tree: processes of each, alternating")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     measured = ["--streams", str(args.streams), "--rounds", str(args.rounds), "--tokens", str(args.tokens)]
-    measured += ["--per-read", str(args.per_read), "--response", args.response]
+    measured += ["--per-read", str(args.per_read), "--response", args.response, "--shape", args.shape]
     if args.child:
-        print(json.dumps(measure(args.streams, args.rounds, args.tokens, args.per_read, args.response)))
+        figures = measure(args.streams, args.rounds, args.tokens, args.per_read, args.response, args.shape)
+        print(json.dumps(figures))
         return
-    chunks = args.tokens + 2
+    chunks = len(stream_events(args.tokens, args.shape))
     trees = {"this": str(Path(__file__).parents[1])}
     if args.tree:
         trees = {"before": str(Path(args.tree).resolve()), **trees}

@@ -40,6 +40,8 @@ from gateway.redaction.window import Finder, Replacement, SlidingWindow, redact_
 logger = logging.getLogger("tollgate.redaction")
 
 # Window keys: the names of the texts (`TEXT_FIELDS`), the index for a tool call's arguments.
+_CALL_KEYS = frozenset(("index", "function"))  # an argument delta's call: any other key is null
+_CHOICE_KEYS = frozenset(("index", "delta"))  # a plain delta's choice: any other key is null
 CONTENT_FILTER = "content_filter"
 _ENVELOPE = ("id", "object", "created", "model", "system_fingerprint")
 
@@ -127,24 +129,27 @@ class RedactionGuard:
     # streamed
 
     def _deferred(self, state: RedactionState, chunk: Chunk) -> bool:
-        """Whether `chunk`, a plain text delta, was taken unscanned by its window (the only
-        window holding unscanned text): the chunk is then dropped."""
-        plain = chunk.text_delta()
+        """Whether `chunk`, one choice's text or one tool call's arguments and nothing else,
+        was taken unscanned by its window (the only window holding unscanned text): the chunk
+        is then dropped."""
+        plain: tuple[dict[str, Any], int | str, str] | None = chunk.text_delta()
         if plain is None:
-            return False
-        choice, field, text = plain
+            plain = _argument_delta(chunk.data)
+            if plain is None:
+                return False
+        choice, key_part, text = plain
         stream = state.stream
         if stream is None:
             data = chunk.data
             stream = state.stream = StreamState(envelope={k: data[k] for k in _ENVELOPE if k in data})
         index = choice.get("index", 0)
-        key = (index, field)
+        key = (index, key_part)
         deferred = stream.deferred
         if (deferred is not None and deferred != key) or index in stream.stopped:
             return False
         window = stream.windows.get(key)
         if window is None:
-            window = self._window(state, stream, index, field)
+            window = self._window(state, stream, index, key_part)
         window.defer(text)
         stream.deferred = key
         return True
@@ -171,18 +176,20 @@ class RedactionGuard:
             chunk.dirty = True
         return [*caught_up, chunk] if caught_up else [chunk]
 
-    def _caught_up(self, stream: StreamState, key: tuple[int, str]) -> list[Chunk]:
+    def _caught_up(self, stream: StreamState, key: tuple[int, int | str]) -> list[Chunk]:
         """A chunk of its own, before the one at hand, for what a window took unscanned when
         the read's last chunk does not scan that window itself."""
         window = stream.windows.get(key)
         if window is None:
             return []
-        index, field = key
+        index, part = key
         released = window.push("")
-        delta: dict[str, Any] = {field: released} if released else {}
+        delta: dict[str, Any] = {}
+        if released:
+            _append(delta, part, released)
         choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": None}
         if window.stopped:
-            self._stop(stream, index, choice, delta, keep_content=True)
+            self._stop(stream, index, choice, delta, keep_content=True, keep_calls=True)
         if not delta:
             return []
         data = {**stream.envelope, "choices": [choice]}
@@ -338,11 +345,14 @@ class RedactionGuard:
         return self._closing(state.stream, {k: w.abandon() for k, w in state.stream.windows.items()})
 
 
-def _pushes(data: dict[str, Any], key: tuple[int, str], windows: dict[tuple[int, int | str], Any]) -> bool:
-    """Whether guarding `data` scans the window of `key` before any other of its choice: the
-    first text its choice's delta carries is that window's, or it carries none and finishes
-    the choice, whose windows are flushed in order, that one first."""
-    index, field = key
+def _pushes(
+    data: dict[str, Any], key: tuple[int, int | str], windows: dict[tuple[int, int | str], Any]
+) -> bool:
+    """Whether guarding `data` scans the window of `key` before any other of its choice (see
+    `_redact_delta`): the first text its choice's delta carries is that window's, or, with
+    no text, the first tool call's arguments are; or it carries neither and finishes the
+    choice, whose windows are flushed in order, that one first."""
+    index, part = key
     choices = data.get("choices")
     for choice in choices if isinstance(choices, list) else ():
         if isinstance(choice, dict) and choice.get("index", 0) == index:
@@ -352,11 +362,41 @@ def _pushes(data: dict[str, Any], key: tuple[int, str], windows: dict[tuple[int,
             for name in TEXT_FIELDS:
                 text = delta.get(name)
                 if isinstance(text, str) and text:
-                    return name == field
+                    return name == part
+            calls = delta.get("tool_calls")
+            for position, call in enumerate(calls if isinstance(calls, list) else ()):
+                function = call.get("function") if isinstance(call, dict) else None
+                arguments = function.get("arguments") if isinstance(function, dict) else None
+                if isinstance(arguments, str) and arguments:
+                    return bool(call.get("index", position) == part)
             if choice.get("finish_reason") is None:
                 return False
             return next((k for k in windows if k[0] == index), None) == key
     return False
+
+
+def _argument_delta(data: dict[str, Any]) -> tuple[dict[str, Any], int, str] | None:
+    """(its choice, the call's index, the arguments) when `data` is one choice's delta of one
+    tool call's argument text and nothing else (no id, name or type, no finish, no logprobs,
+    no usage); else None."""
+    try:
+        (choice,) = data["choices"]
+        ((field, calls),) = choice["delta"].items()
+        (call,) = calls
+        ((name, arguments),) = call["function"].items()
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if field != "tool_calls" or name != "arguments" or type(arguments) is not str or not arguments:
+        return None
+    if type(choice) is not dict or type(call) is not dict or type(call.get("index")) is not int:
+        return None
+    if any(value is not None for key, value in call.items() if key not in _CALL_KEYS):
+        return None
+    if any(value is not None for key, value in choice.items() if key not in _CHOICE_KEYS):
+        return None
+    if data.get("usage") is not None:
+        return None
+    return choice, call["index"], arguments
 
 
 def _append(delta: dict[str, Any], key: int | str, text: str) -> None:

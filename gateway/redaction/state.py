@@ -40,7 +40,7 @@ class StreamState:
     windows: dict[tuple[int, int | str], SlidingWindow] = field(default_factory=dict)  # (choice, text | tool)
     stopped: set[int] = field(default_factory=set)  # choices cut by `block`
     envelope: dict[str, Any] = field(default_factory=dict)  # id, created, model: for a closing chunk
-    deferred: tuple[int, str] | None = None  # the window holding text not scanned yet (`RedactionGuard`)
+    deferred: tuple[int, int | str] | None = None  # the window holding text not scanned yet (RedactionGuard)
 
 
 @dataclass(slots=True)

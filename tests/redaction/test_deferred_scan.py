@@ -1,7 +1,8 @@
-"""A streamed text delta followed by others of the same upstream read is scanned with the read's
-last chunk (`Exchange.more_in_hand`): the client gets the same text, choice by choice and field
-by field, as when every chunk is scanned on arrival, in fewer events, whatever the reads'
-boundaries, the mode, and how fields and choices interleave."""
+"""A streamed text delta (or a tool call's argument delta) followed by others of the same
+upstream read is scanned with the read's last chunk (`Exchange.more_in_hand`): the client gets
+the same text, choice by choice and field by field, as when every chunk is scanned on arrival,
+in fewer events, whatever the reads' boundaries, the mode, and how fields and choices
+interleave."""
 
 from __future__ import annotations
 
@@ -65,7 +66,11 @@ _delta = st.one_of(
         st.sampled_from(["content", "content", "reasoning_content"]),
         st.sampled_from(_WORDS),
     ),
-    st.tuples(st.just(0), st.just("tool"), st.sampled_from(['{"to": "', EMAIL, '"}'])),
+    st.tuples(
+        st.sampled_from([0, 1]),
+        st.sampled_from(["tool 0", "tool 1"]),
+        st.sampled_from(['{"to": "', EMAIL, '"}']),
+    ),
 )
 
 
@@ -82,8 +87,9 @@ def _chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> Chun
 def _stream(steps: list[tuple[int, str, str]], finish: bool) -> list[Chunk]:
     chunks = [_chunk(0, {"role": "assistant", "content": ""})]
     for index, field, text in steps:
-        if field == "tool":
-            chunks.append(_chunk(index, {"tool_calls": [{"index": 0, "function": {"arguments": text}}]}))
+        if field.startswith("tool"):
+            call = {"index": int(field[-1]), "function": {"arguments": text}}
+            chunks.append(_chunk(index, {"tool_calls": [call]}))
         else:
             chunks.append(_chunk(index, {field: text}))
     if finish:
@@ -114,8 +120,9 @@ def relayed(mode: RedactMode, chunks: list[Chunk], more: list[bool]) -> Relayed:
                 if delta.get(field):
                     texts[(choice["index"], field)] = texts.get((choice["index"], field), "") + delta[field]
             for call in delta.get("tool_calls") or ():
-                key = (choice["index"], "tool")
-                texts[key] = texts.get(key, "") + call["function"]["arguments"]
+                key = (choice["index"], f"tool {call['index']}")
+                if arguments := call["function"].get("arguments"):  # an empty piece carries nothing
+                    texts[key] = texts.get(key, "") + arguments
             if choice["finish_reason"]:
                 finishes.append((choice["index"], choice["finish_reason"]))
     return texts, finishes, len(out)
@@ -186,3 +193,20 @@ def test_a_block_cut_in_text_taken_unscanned_ends_the_choice(field: str) -> None
     texts, finishes, _ = relayed("block", chunks, [False, True, True, True, False])
     assert texts == {(0, field): "the card "}
     assert finishes == [(0, "content_filter")]
+
+
+def test_a_read_of_argument_chunks_goes_out_masked_in_its_last_event() -> None:
+    pieces = ['{"to": "', "jane", ".doe@exam", "ple.com", '", "n": 1}']
+    chunks = [
+        _chunk(0, {"role": "assistant", "content": None}),
+        _chunk(
+            0, {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "mail"}}]}
+        ),
+        *(_chunk(0, {"tool_calls": [{"index": 0, "function": {"arguments": p}}]}) for p in pieces),
+        _chunk(0, {}, "tool_calls"),
+    ]
+    more = [False, True] + [True] * len(pieces) + [False]
+    texts, finishes, events = relayed("mask", chunks, more)
+    assert orjson.loads(texts[(0, "tool 0")]) == {"to": "[EMAIL]", "n": 1}
+    assert finishes == [(0, "tool_calls")]
+    assert events == 3  # the role chunk, the call's opening, then its arguments with the finish
