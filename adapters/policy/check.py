@@ -64,10 +64,12 @@ async def check_in_child(
         async with asyncio.timeout(timeout_s):
             out, err = await process.communicate(source.to_json())
     except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        await process.wait()
+        await _ended(process)
         return CheckReport(source.revision, False, f"checking the policy took longer than {timeout_s:.0f}s")
+    except BaseException:  # cancelled (the server stopping): the child and its pipes go too
+        with contextlib.suppress(BaseException):
+            await _ended(process)
+        raise
     try:
         doc = orjson.loads(out)
         return CheckReport(doc["revision"], doc["ok"], doc["error"], doc["tests"])
@@ -78,6 +80,14 @@ async def check_in_child(
             False,
             f"the embedded engine crashed while checking the policy (exit code {process.returncode}): {last}",
         )
+
+
+async def _ended(process: asyncio.subprocess.Process) -> None:
+    """The child killed, its pipes read to their end and closed (a pipe left open would be
+    closed only by the garbage collector, with a warning), its exit awaited."""
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+    await process.communicate()
 
 
 def child_main(entrypoint: str) -> int:

@@ -5,12 +5,14 @@ kept, and a cache that cannot be used only means checking again."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
 from pathlib import Path
 
 import orjson
 import pytest
 
-from adapters.policy.check import CheckReport
+from adapters.policy.check import CheckReport, check_in_child
 from adapters.policy.check_cache import CheckCache, check_with_cache
 from adapters.policy.rego import RegoEngine
 from adapters.policy.source import PolicySource, read_policy_dir
@@ -213,3 +215,33 @@ def test_serve_fills_the_cache_and_a_restart_uses_it(monkeypatch: pytest.MonkeyP
     written = entry.stat().st_mtime_ns
     GatewayProcess(config, free_port(), 1, tmp_path / "second.log").stop()
     assert entries(cache) == [entry] and entry.stat().st_mtime_ns == written
+
+
+def _children() -> set[int]:
+    """This process's living children (from /proc), zombies left out."""
+    pids: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            stat = Path(f"/proc/{pid}/stat")
+            if stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                pids.add(int(pid))
+    return pids
+
+
+async def test_a_cancelled_check_ends_its_child_and_closes_its_pipes(tmp_path: Path) -> None:
+    source = read_policy_dir(small_policy(tmp_path / "policies"))
+    before = _children()
+    task = asyncio.ensure_future(check_in_child(source, ENTRYPOINT))
+    for _ in range(200):  # until the child is there (it takes a second or more to check)
+        await asyncio.sleep(0.01)
+        if _children() - before:
+            break
+    assert _children() - before, "the check's child never started"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _children() - before == set()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
