@@ -121,7 +121,7 @@ class Pipeline:
                 for out in self._guard_chunk(exchange, chunk, 0):
                     if event := encoder.chunk(out):
                         held.append(event)
-                if held and (not started or not ready()):
+                if held and not exchange.more_in_hand:  # the last of its read (or the first chunk)
                     yield held[0] if len(held) == 1 else b"".join(held)
                     held.clear()
                     started = True

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import orjson
 
+from gateway.chunk_shapes import text_delta
 from gateway.exchange import Endpoint
 from gateway.keystore.records import KeyChanges, LiveKey
 from gateway.metering.lease_records import LeaseGrant, LeaseSync
@@ -43,11 +44,6 @@ class UpstreamResponse:
     body: dict[str, Any]  # OpenAI-shaped, envelope removed
 
 
-TEXT_FIELDS = ("reasoning_content", "reasoning", "content", "refusal")
-"""The texts of a message or a delta, in the order a model writes them: reasoning (vLLM and
-SGLang reasoning parsers, DeepSeek, Kimi), the answer, a refusal."""
-_TEXT_FIELD_SET = frozenset(TEXT_FIELDS)
-_PLAIN_CHOICE_KEYS = frozenset(("index", "delta", "finish_reason", "logprobs"))
 _UNSEEN: Any = object()
 
 
@@ -69,7 +65,7 @@ class Chunk:
         and kept: the guards that ask (the first ones) ask before any of them changes it."""
         found = self._text
         if found is _UNSEEN:
-            found = self._text = _text_delta(self.data)
+            found = self._text = text_delta(self.data)
         return found
 
     @property
@@ -84,25 +80,6 @@ class Chunk:
             self.raw = orjson.dumps(self.data)
             self.dirty = False
         return self.raw
-
-
-def _text_delta(data: dict[str, Any]) -> tuple[dict[str, Any], str, str] | None:
-    try:
-        (choice,) = data["choices"]
-        ((field, text),) = choice["delta"].items()
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None  # the unpacking fails for any other shape: fewer tests for the usual one
-    if field not in _TEXT_FIELD_SET or type(text) is not str or not text or type(choice) is not dict:
-        return None
-    if choice.get("finish_reason") is not None or choice.get("logprobs") is not None:
-        return None
-    if not choice.keys() <= _PLAIN_CHOICE_KEYS and any(
-        value is not None for key, value in choice.items() if key not in _PLAIN_CHOICE_KEYS
-    ):
-        return None
-    if data.get("usage") is not None:
-        return None
-    return choice, field, text
 
 
 class ChunkStream(Protocol):

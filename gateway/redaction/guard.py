@@ -29,9 +29,10 @@ from typing import Any
 
 import orjson
 
+from gateway.chunk_shapes import TEXT_FIELDS, argument_delta
 from gateway.errors import GatewayError, RedactionFailed
 from gateway.exchange import Exchange
-from gateway.ports import TEXT_FIELDS, Chunk
+from gateway.ports import Chunk
 from gateway.redaction.scrub import marker
 from gateway.redaction.state import RedactionCounters, RedactionState, StreamState
 from gateway.redaction.tokens import PlaceholderFinder, RestoreOrMask
@@ -40,8 +41,6 @@ from gateway.redaction.window import Finder, Replacement, SlidingWindow, redact_
 logger = logging.getLogger("tollgate.redaction")
 
 # Window keys: the names of the texts (`TEXT_FIELDS`), the index for a tool call's arguments.
-_CALL_KEYS = frozenset(("index", "function"))  # an argument delta's call: any other key is null
-_CHOICE_KEYS = frozenset(("index", "delta"))  # a plain delta's choice: any other key is null
 CONTENT_FILTER = "content_filter"
 _ENVELOPE = ("id", "object", "created", "model", "system_fingerprint")
 
@@ -134,14 +133,11 @@ class RedactionGuard:
         is then dropped."""
         plain: tuple[dict[str, Any], int | str, str] | None = chunk.text_delta()
         if plain is None:
-            plain = _argument_delta(chunk.data)
+            plain = argument_delta(chunk.data)
             if plain is None:
                 return False
         choice, key_part, text = plain
-        stream = state.stream
-        if stream is None:
-            data = chunk.data
-            stream = state.stream = StreamState(envelope={k: data[k] for k in _ENVELOPE if k in data})
+        stream = _stream_of(state, chunk.data)
         index = choice.get("index", 0)
         key = (index, key_part)
         deferred = stream.deferred
@@ -160,13 +156,12 @@ class RedactionGuard:
         caught_up: list[Chunk] = []
         if stream is not None and stream.deferred is not None:
             key, stream.deferred = stream.deferred, None
-            if not _pushes(data, key, stream.windows):
+            if not stream.scans_first(data, key):
                 caught_up = self._caught_up(stream, key)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
             return [*caught_up, chunk] if caught_up else [chunk]
-        if stream is None:
-            stream = state.stream = StreamState(envelope={k: data[k] for k in _ENVELOPE if k in data})
+        stream = _stream_of(state, data)
         changed = False
         for choice in choices:
             delta = choice.get("delta") if isinstance(choice, dict) else None
@@ -345,58 +340,11 @@ class RedactionGuard:
         return self._closing(state.stream, {k: w.abandon() for k, w in state.stream.windows.items()})
 
 
-def _pushes(
-    data: dict[str, Any], key: tuple[int, int | str], windows: dict[tuple[int, int | str], Any]
-) -> bool:
-    """Whether guarding `data` scans the window of `key` before any other of its choice (see
-    `_redact_delta`): the first text its choice's delta carries is that window's, or, with
-    no text, the first tool call's arguments are; or it carries neither and finishes the
-    choice, whose windows are flushed in order, that one first."""
-    index, part = key
-    choices = data.get("choices")
-    for choice in choices if isinstance(choices, list) else ():
-        if isinstance(choice, dict) and choice.get("index", 0) == index:
-            delta = choice.get("delta")
-            if not isinstance(delta, dict):
-                return False
-            for name in TEXT_FIELDS:
-                text = delta.get(name)
-                if isinstance(text, str) and text:
-                    return name == part
-            calls = delta.get("tool_calls")
-            for position, call in enumerate(calls if isinstance(calls, list) else ()):
-                function = call.get("function") if isinstance(call, dict) else None
-                arguments = function.get("arguments") if isinstance(function, dict) else None
-                if isinstance(arguments, str) and arguments:
-                    return bool(call.get("index", position) == part)
-            if choice.get("finish_reason") is None:
-                return False
-            return next((k for k in windows if k[0] == index), None) == key
-    return False
-
-
-def _argument_delta(data: dict[str, Any]) -> tuple[dict[str, Any], int, str] | None:
-    """(its choice, the call's index, the arguments) when `data` is one choice's delta of one
-    tool call's argument text and nothing else (no id, name or type, no finish, no logprobs,
-    no usage); else None."""
-    try:
-        (choice,) = data["choices"]
-        ((field, calls),) = choice["delta"].items()
-        (call,) = calls
-        ((name, arguments),) = call["function"].items()
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
-    if field != "tool_calls" or name != "arguments" or type(arguments) is not str or not arguments:
-        return None
-    if type(choice) is not dict or type(call) is not dict or type(call.get("index")) is not int:
-        return None
-    if any(value is not None for key, value in call.items() if key not in _CALL_KEYS):
-        return None
-    if any(value is not None for key, value in choice.items() if key not in _CHOICE_KEYS):
-        return None
-    if data.get("usage") is not None:
-        return None
-    return choice, call["index"], arguments
+def _stream_of(state: RedactionState, data: dict[str, Any]) -> StreamState:
+    """The answer's stream state, made at its first chunk (whose envelope a closing chunk takes)."""
+    if state.stream is None:
+        state.stream = StreamState(envelope={k: data[k] for k in _ENVELOPE if k in data})
+    return state.stream
 
 
 def _append(delta: dict[str, Any], key: int | str, text: str) -> None:

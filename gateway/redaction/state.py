@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.chunk_shapes import TEXT_FIELDS
 from gateway.policy.decision import RedactMode, RedactRules
 from gateway.redaction.detector import Detector, Found
 from gateway.redaction.tokens import Vault
@@ -41,6 +42,33 @@ class StreamState:
     stopped: set[int] = field(default_factory=set)  # choices cut by `block`
     envelope: dict[str, Any] = field(default_factory=dict)  # id, created, model: for a closing chunk
     deferred: tuple[int, int | str] | None = None  # the window holding text not scanned yet (RedactionGuard)
+
+    def scans_first(self, data: dict[str, Any], key: tuple[int, int | str]) -> bool:
+        """Whether guarding `data` scans the window of `key` before any other of its choice
+        (`RedactionGuard._redact_delta`'s order): the first text its choice's delta carries
+        is that window's, or, with no text, the first tool call's arguments are; or it carries
+        neither and finishes the choice, whose windows are flushed in order, that one first."""
+        index, part = key
+        choices = data.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if isinstance(choice, dict) and choice.get("index", 0) == index:
+                delta = choice.get("delta")
+                if not isinstance(delta, dict):
+                    return False
+                for name in TEXT_FIELDS:
+                    text = delta.get(name)
+                    if isinstance(text, str) and text:
+                        return name == part
+                calls = delta.get("tool_calls")
+                for position, call in enumerate(calls if isinstance(calls, list) else ()):
+                    function = call.get("function") if isinstance(call, dict) else None
+                    arguments = function.get("arguments") if isinstance(function, dict) else None
+                    if isinstance(arguments, str) and arguments:
+                        return bool(call.get("index", position) == part)
+                if choice.get("finish_reason") is None:
+                    return False
+                return next((k for k in self.windows if k[0] == index), None) == key
+        return False
 
 
 @dataclass(slots=True)

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.chunk_shapes import TEXT_FIELDS
 from gateway.exchange import Endpoint, Exchange
 from gateway.metering.estimate import generated_chars
 from gateway.metering.produced import ProducedText
-from gateway.ports import TEXT_FIELDS, Chunk
+from gateway.ports import Chunk
 
 
 def chunk(choices: Any, **extra: Any) -> Chunk:
