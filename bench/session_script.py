@@ -46,18 +46,19 @@ return 1
 # Each variant: the text of APPLY taken out, and what stands in its place
 _WITHOUT: dict[str, tuple[str, str]] = {
     "the record's read (HMGET)": (
-        "local r = redis.call('HMGET', s, 'f', 't', 'i', 'c', 'o', 'u', 'li', 'dd', 'k')",
-        "local r = {'1', '1', '1', '1', '1', '1', '1', '0', '0'}",
+        "local r = redis.call('HMGET', s, 'f', 't', 'i', 'c', 'o', 'u', 'li', 'dd', 'k', 'x', 'dk')",
+        "local r = {'1', '1', '1', '1', '1', '1', '1', '0', '0', '9e15', '64'}",
     ),
-    "the record's write (HSET)": ("  redis.call('HSET', s, unpack(h))\n", ""),
+    # the record made once (its first field), never written again
+    "the record's write (HSET)": (
+        "  redis.call('HSET', s, unpack(h))\n",
+        "  if not r[1] then redis.call('HSET', s, 'f', now_text) end\n",
+    ),
     "the decision ids (RPUSH, LTRIM)": (
         "local len = #ids > 0 and redis.call('RPUSH', K[2], unpack(ids)) or 0",
         "local len = 0",
     ),
-    "the expiries (PEXPIRE)": (
-        "  redis.call('PEXPIRE', s, A[16])\n  redis.call('PEXPIRE', K[2], A[16])\n",
-        "",
-    ),
+    "the expiries (PEXPIRE)": ("  if renew then\n    redis.call('PEXPIRE', s, left)", "  if false then\n"),
     "the tenant's index (ZADD ...)": ("  if #updates == 0 then return end\n", "  if true then return end\n"),
 }
 

@@ -3,9 +3,12 @@
 Keys: `s:<session>` hash {f first seen us, l last seen us, t turns, i/c/o input, cached and
 output tokens, u cost micros, fi/li first and last turn's input, g last growth, m/up/r last
 model alias, upstream, replica, w workflow, dd decision ids dropped, due, dt due turn, k 1 once
-`sc` holds a checkpoint}; `sd:<session>` list of decision ids (newest last); `sc:<session>`
-list of checkpoints (JSON); `sx` zset of the tenant's sessions by last seen (ms), for the
-operators' listing. All expire after the session's idle time.
+`sc` holds a checkpoint, x when the keys expire (ms), dk how many decision ids are listed};
+`sd:<session>` list of decision ids (newest last: the newest `dk` are listed, older ones
+counted with `dd`); `sc:<session>` list of checkpoints (JSON); `sx` zset of the tenant's
+sessions by last seen (ms), for the operators' listing. All expire together, between the
+session's idle time and 1/64 more after its last turn: renewing an expiry is a call of its
+own, so it is renewed once per 1/64 of the idle time, not every turn.
 
 The update rides on the settle script (`settle_with_session`): the session's keys and
 arguments are appended to the settle's and taken off again before the settle's own body
@@ -35,65 +38,89 @@ SESSION_ARGC = 20  # the arguments of one session's update (`args`, `folded`)
 # to and with the one that gave it, checkpoints (JSON, newline-separated, in order), max
 # checkpoints}.
 # `apply_session` updates the record with one read and one write of its hash (the counters
-# are summed here: they stay below 2^53, exact in Lua's doubles); the checkpoints' list is
-# touched only when the record has one (its hash's `k`), then `index_sessions` puts the
-# sessions of one call in the tenant's index `sx` at once (one ZADD, one trim).
+# are summed here: they stay below 2^53, exact in Lua's doubles) and one push of its decision
+# ids, the other calls made only once in many turns (trimming the ids, renewing expiries);
+# the checkpoints' list is touched only when the record has one (its hash's `k`), then
+# `index_sessions` puts the sessions of one call in the tenant's index `sx` at once (one ZADD,
+# one trim). Redis's time goes as much to the Lua around the calls as to the calls, so the
+# script does little else: the counters written in one table, text turned to numbers by
+# arithmetic, `now` formatted once a call.
 APPLY = """
+local now_text, fmt = n(now), string.format
+local function put(h, field, value) local k = #h; h[k + 1] = field; h[k + 2] = value end
 local function apply_session(K, A)
   local s = K[1]
-  local r = redis.call('HMGET', s, 'f', 't', 'i', 'c', 'o', 'u', 'li', 'dd', 'k')
+  local r = redis.call('HMGET', s, 'f', 't', 'i', 'c', 'o', 'u', 'li', 'dd', 'k', 'x', 'dk')
   local turn = tonumber(A[2])
-  local h = {'l', n(now)}
+  local turns = tonumber(r[2]) or 0
+  -- The counters are sums of integers (the strings coerced), exact in doubles; '%d' writes
+  -- them without an exponent.
+  local h = {'l', now_text, 't', fmt('%d', turns + turn),
+    'i', fmt('%d', (r[3] or 0) + A[3]), 'c', fmt('%d', (r[4] or 0) + A[4]),
+    'o', fmt('%d', (r[5] or 0) + A[5]), 'u', fmt('%d', (r[6] or 0) + A[6])}
   if not r[1] then
     redis.call('DEL', K[2], K[3])
-    r = {false, '0', '0', '0', '0', '0', '0', '0', '0'}
-    for _, v in ipairs({'f', n(now), 'fi', 0, 'li', 0, 'g', 0, 'm', '', 'up', '', 'r', 0, 'w', '',
+    r = {false, '0', '0', '0', '0', '0', '0', '0', '0', false, false}
+    for _, v in ipairs({'f', now_text, 'fi', 0, 'li', 0, 'g', 0, 'm', '', 'up', '', 'r', 0, 'w', '',
       'dd', 0, 'due', '', 'dt', 0, 'k', 0}) do h[#h + 1] = v end
   end
-  local turns = tonumber(r[2])
-  local function add(field, value) h[#h + 1] = field; h[#h + 1] = value end
-  add('t', n(turns + turn))
-  add('i', n(tonumber(r[3]) + tonumber(A[3])))
-  add('c', n(tonumber(r[4]) + tonumber(A[4])))
-  add('o', n(tonumber(r[5]) + tonumber(A[5])))
-  add('u', n(tonumber(r[6]) + tonumber(A[6])))
   if turn > 0 then
-    if turns == 0 then add('fi', A[7]) end
+    if turns == 0 then put(h, 'fi', A[7]) end
     if turn > 1 then
-      add('g', n(tonumber(A[9]) - tonumber(A[8])))
+      put(h, 'g', n(tonumber(A[9]) - tonumber(A[8])))
     elseif turns == 0 then
-      add('g', 0)
+      put(h, 'g', 0)
     else
-      add('g', n(tonumber(A[9]) - tonumber(r[7])))
+      put(h, 'g', n(tonumber(A[9]) - tonumber(r[7])))
     end
-    add('li', A[9])
+    put(h, 'li', A[9])
   end
-  if A[10] ~= '' then add('m', A[10]); add('up', A[11]); add('r', A[12]) end
-  if A[13] ~= '' then add('w', A[13]) end
+  if A[10] ~= '' then
+    put(h, 'm', A[10]); put(h, 'up', A[11]); put(h, 'r', A[12])
+  end
+  if A[13] ~= '' then put(h, 'w', A[13]) end
+  -- The keys live until `x` (ms): renewed to idle + idle/64 whenever what is left falls below
+  -- the idle time (or exceeds the longest it may be, after a reload shortened it), so a record
+  -- expires between idle and idle * 65/64 after its last turn, renewed once per idle/64.
+  local ms = math.floor(now / 1000)
+  local idle = tonumber(A[16])
+  local slack = math.floor(idle / 64)
+  local left = tonumber(r[10] or '0') - ms
+  local renew = left < idle or left > idle + slack
+  if renew then left = idle + slack; put(h, 'x', n(ms + left)) end
   if A[14] ~= '' then
     local ids = {}
     for id in string.gmatch(A[14], '%S+') do ids[#ids + 1] = id end
     local len = #ids > 0 and redis.call('RPUSH', K[2], unpack(ids)) or 0
+    if len == #ids and len > 0 and not renew then redis.call('PEXPIRE', K[2], left) end
+    -- The list keeps up to a quarter more than the ids listed (`dk`, the newest): trimmed
+    -- once per that many turns; readers list the newest `dk` and count the rest as dropped.
     local keep = tonumber(A[15])
-    if len > keep then
+    if r[11] ~= A[15] then put(h, 'dk', A[15]) end
+    if len > keep + math.max(8, math.floor(keep / 4)) then
       redis.call('LTRIM', K[2], -keep, -1)
-      add('dd', n(tonumber(r[8]) + len - keep))
+      put(h, 'dd', n(tonumber(r[8]) + len - keep))
     end
   end
-  if A[17] ~= '' then add('due', A[17]); add('dt', n(turns + tonumber(A[18]))) end
+  if A[17] ~= '' then put(h, 'due', A[17]); put(h, 'dt', n(turns + tonumber(A[18]))) end
   local checkpoints = r[9] ~= '0'
   if A[19] ~= '' then
     local rows = {}
     for row in string.gmatch(A[19], '[^\\n]+') do rows[#rows + 1] = row end
     redis.call('RPUSH', K[3], unpack(rows))
     redis.call('LTRIM', K[3], -tonumber(A[20]), -1)
-    if not checkpoints then add('k', 1) end
+    if not checkpoints then
+      put(h, 'k', 1)
+      if not renew then redis.call('PEXPIRE', K[3], left) end
+    end
     checkpoints = true
   end
   redis.call('HSET', s, unpack(h))
-  redis.call('PEXPIRE', s, A[16])
-  redis.call('PEXPIRE', K[2], A[16])
-  if checkpoints then redis.call('PEXPIRE', K[3], A[16]) end
+  if renew then
+    redis.call('PEXPIRE', s, left)
+    redis.call('PEXPIRE', K[2], left)
+    if checkpoints then redis.call('PEXPIRE', K[3], left) end
+  end
 end
 -- sx: the tenant's index; updates: the argument lists of the sessions updated, in order.
 local function index_sessions(sx, updates)
@@ -105,8 +132,9 @@ local function index_sessions(sx, updates)
     idle = math.max(idle, tonumber(A[16]))
   end
   redis.call('ZADD', sx, unpack(z))
-  redis.call('ZREMRANGEBYSCORE', sx, '-inf', '(' .. n(ms - idle))
-  redis.call('PEXPIRE', sx, idle)
+  local life = idle + math.floor(idle / 64)  -- the longest a record lives (`apply_session`)
+  redis.call('ZREMRANGEBYSCORE', sx, '-inf', '(' .. n(ms - life))
+  redis.call('PEXPIRE', sx, life)
 end
 """
 
@@ -141,16 +169,37 @@ def update_script(prelude: str) -> str:
     return prelude + APPLY + "apply_session(KEYS, ARGV)\nindex_sessions(KEYS[4], {ARGV})\nreturn 1\n"
 
 
-# KEYS: s, sd, sc. Returns {} or {hash fields, decision ids, checkpoints}.
-GET = """
-local fields = redis.call('HGETALL', KEYS[1])
-if #fields == 0 then return {} end
-return {fields, redis.call('LRANGE', KEYS[2], 0, -1), redis.call('LRANGE', KEYS[3], 0, -1)}
+# The newest `dk` decision ids of a record (its list keeps a few more: `apply_session`), and
+# how many older ones the list still holds (dropped, for the record: added to its `dd`).
+LISTED_IDS = """
+local function listed_ids(fields, sd)
+  local keep
+  for i = 1, #fields, 2 do
+    if fields[i] == 'dk' then keep = tonumber(fields[i + 1]) end
+  end
+  local len = redis.call('LLEN', sd)
+  if keep == nil or len <= keep then return redis.call('LRANGE', sd, 0, -1), 0 end
+  return redis.call('LRANGE', sd, -keep, -1), len - keep
+end
 """
 
-# KEYS: sx. ARGV: key base, most. Returns {session, fields, decision ids, checkpoints, ...}
-# for the `most` sessions seen last, forgetting index entries whose record has expired.
-LIST = """
+# KEYS: s, sd, sc. Returns {} or {hash fields, decision ids, checkpoints, ids dropped beyond `dd`}.
+GET = (
+    LISTED_IDS
+    + """
+local fields = redis.call('HGETALL', KEYS[1])
+if #fields == 0 then return {} end
+local ids, over = listed_ids(fields, KEYS[2])
+return {fields, ids, redis.call('LRANGE', KEYS[3], 0, -1), over}
+"""
+)
+
+# KEYS: sx. ARGV: key base, most. Returns {session, fields, decision ids, checkpoints, ids
+# dropped beyond `dd`, ...} for the `most` sessions seen last, forgetting index entries whose
+# record has expired.
+LIST = (
+    LISTED_IDS
+    + """
 local members = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
 local out = {}
 for _, m in ipairs(members) do
@@ -159,14 +208,17 @@ for _, m in ipairs(members) do
   if #fields == 0 then
     redis.call('ZREM', KEYS[1], m)
   else
+    local ids, over = listed_ids(fields, ARGV[1] .. 'sd:' .. m)
     out[#out + 1] = m
     out[#out + 1] = fields
-    out[#out + 1] = redis.call('LRANGE', ARGV[1] .. 'sd:' .. m, 0, -1)
+    out[#out + 1] = ids
     out[#out + 1] = redis.call('LRANGE', ARGV[1] .. 'sc:' .. m, 0, -1)
+    out[#out + 1] = over
   end
 end
 return out
 """
+)
 
 
 def keys(base: str, session: str) -> tuple[str, str, str, str]:
@@ -281,7 +333,12 @@ class _Fold:
 
 
 def record(
-    tenant: str, session: str, fields: list[bytes], decisions: list[bytes], checkpoints: list[bytes]
+    tenant: str,
+    session: str,
+    fields: list[bytes],
+    decisions: list[bytes],
+    checkpoints: list[bytes],
+    over: int = 0,
 ) -> SessionRecord:
     f = {k.decode(): v.decode() for k, v in zip(fields[::2], fields[1::2], strict=True)}
 
@@ -306,7 +363,7 @@ def record(
         num("r"),
         f.get("w", ""),
         tuple(d.decode() for d in decisions),
-        num("dd"),
+        num("dd") + over,
         f.get("due", ""),
         num("dt"),
         tuple(Checkpoint(*orjson.loads(c)) for c in checkpoints),
@@ -315,8 +372,8 @@ def record(
 
 def listed(tenant: str, reply: list[Any]) -> list[SessionRecord]:
     return [
-        record(tenant, reply[i].decode(), reply[i + 1], reply[i + 2], reply[i + 3])
-        for i in range(0, len(reply), 4)
+        record(tenant, reply[i].decode(), reply[i + 1], reply[i + 2], reply[i + 3], reply[i + 4])
+        for i in range(0, len(reply), 5)
     ]
 
 

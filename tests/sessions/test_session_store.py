@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import redis
+
+from adapters.state.redis import RedisStore
 from gateway.metering.records import Settlement
 from gateway.ports import StateStore
 from gateway.sessions.records import Checkpoint, SessionUpdate
+from tests.metering.conftest import REDIS_URL
 
 
 def update(session: str = "s1", tenant: str = "acme", **changes: object) -> SessionUpdate:
@@ -77,6 +81,19 @@ async def test_decision_ids_are_bounded_and_the_older_ones_counted(store: StateS
     assert record.decisions_dropped == 2
 
 
+async def test_a_long_session_lists_its_newest_decisions_and_counts_all_the_others(
+    store: StateStore,
+) -> None:
+    ids = [uuid.uuid4().hex for _ in range(40)]
+    for decision in ids:
+        await store.update_session(update(decision_ids=(decision,)))
+    await store.update_session(update(decision_ids=(), turn=0))
+    for record in (await store.session("acme", "s1"), *(await store.sessions(("acme",), "tokens", 5))):
+        assert record is not None
+        assert record.decision_ids == tuple(ids[-3:])
+        assert record.decisions_dropped == 37
+
+
 async def test_a_request_not_served_adds_no_turn_but_keeps_its_decision(store: StateStore) -> None:
     await store.update_session(update())
     refused = update(turn=0, input_tokens=0, cached_tokens=0, output_tokens=0, cost_micros=0, model="")
@@ -137,6 +154,17 @@ async def test_a_record_expires_after_its_idle_time(store: StateStore) -> None:
     assert record.turns == 1  # a fresh record, nothing left of the expired one
 
 
+async def test_a_record_lives_on_while_its_turns_keep_coming(store: StateStore) -> None:
+    for _ in range(5):  # 1.6 s of turns, each well within the idle time of the one before
+        await store.update_session(update(idle_s=1))
+        await asyncio.sleep(0.4)
+    record = await store.session("acme", "s1")
+    assert record is not None
+    assert record.turns == 5
+    await asyncio.sleep(1.2)
+    assert await store.session("acme", "s1") is None
+
+
 async def test_checkpoints_live_as_long_as_their_record(store: StateStore) -> None:
     checkpoint = Checkpoint(8, 15, "ab" * 32, "the user asked about [EMAIL]", 1200, 40)
     await store.update_session(update(checkpoint=checkpoint, idle_s=1))
@@ -146,3 +174,24 @@ async def test_checkpoints_live_as_long_as_their_record(store: StateStore) -> No
     record = await store.session("acme", "s1")
     assert record is not None
     assert record.checkpoints == (checkpoint,)
+
+
+async def test_every_key_of_a_redis_record_expires_with_it(redis_prefix: str) -> None:
+    """Expiries are renewed once per idle/64 of turns, not every turn: a decision list or a
+    checkpoint list made between two renewals is given the record's own expiry."""
+    store = RedisStore(REDIS_URL, redis_prefix)
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        await store.update_session(update(idle_s=64, decision_ids=()))  # renewed: 65 s left
+        await store.update_session(update(idle_s=64))  # the decision list, made now
+        checkpoint = Checkpoint(2, 3, "ab" * 32, "summary", 100, 10)
+        await store.update_session(update(idle_s=64, checkpoint=checkpoint))  # the checkpoints' list
+        keys = list(client.scan_iter(match=f"{redis_prefix}:*"))
+        lives = {key.decode().split("}:", 1)[1].split(":")[0]: client.pttl(key) for key in keys}
+        assert set(lives) == {"s", "sd", "sc", "sx"}, lives
+        for life in lives.values():
+            assert 64_000 < life <= 65_000
+        assert max(lives.values()) - min(lives.values()) < 500
+    finally:
+        client.close()
+        await store.aclose()
