@@ -3,8 +3,9 @@
     python -m bench.session_script [--calls N] [--per-call U]
 
 A settle batch updates its sessions' records inside the lease script (`redis_lease.LEASE`):
-`redis_sessions.APPLY`'s `apply_session` once per session, then `index_sessions` once. This
-runs that code as the lease script does (the same loop over the batch's updates, U a call)
+`redis_sessions.APPLY`'s `apply_sessions` decodes the batch's updates (one JSON argument),
+calls `apply_session` once per session, then `index_sessions` once. This runs that code as
+the lease script does (U updates a call)
 on a redis-server of its own, for 64 sessions turn after turn (the decision-id list full
 and trimmed, as in a long session), and reads Redis's own time per call (`INFO
 commandstats`, usec_per_call): the figure does not depend on the client or on the machine's
@@ -13,8 +14,7 @@ other work the way wall-clock figures do.
 The variants take one part of `APPLY` out at a time (its text replaced), so the difference
 from "as shipped" is what that part costs: the record's read (HMGET), its write (HSET), the
 decision-id list (RPUSH, LTRIM), the expiries (PEXPIRE), the tenant's index (ZADD ...), and
-everything ("nothing": the arguments passed and unpacked, and the calls of two empty
-functions).
+everything ("nothing": the updates passed and decoded, nothing applied).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
+import orjson
 import redis
 
 from adapters.state import redis_sessions
@@ -31,16 +32,9 @@ from bench import harness
 from bench.leases import start_redis
 
 SESSIONS = 64
-ARGC = redis_sessions.SESSION_ARGC
-# The lease script's loop over a batch's session updates (`redis_lease.LEASE`), on its own
-_BATCH = f"""
-local nu = tonumber(ARGV[#ARGV])
-local updates = {{}}
-for u = 0, nu - 1 do
-  updates[u + 1] = {{unpack(ARGV, 1 + {ARGC} * u, {ARGC} * (u + 1))}}
-  apply_session({{KEYS[3 * u + 1], KEYS[3 * u + 2], KEYS[3 * u + 3]}}, updates[u + 1])
-end
-index_sessions(KEYS[#KEYS], updates)
+# The lease script's call for a batch's session updates (`redis_lease.LEASE`), on its own
+_BATCH = """
+apply_sessions(ARGV[1], KEYS[1], ARGV[2])
 return 1
 """
 # Each variant: the text of APPLY taken out, and what stands in its place
@@ -49,16 +43,16 @@ _WITHOUT: dict[str, tuple[str, str]] = {
         "local r = redis.call('HMGET', s, 'f', 't', 'i', 'c', 'o', 'u', 'li', 'dd', 'k', 'x', 'dk')",
         "local r = {'1', '1', '1', '1', '1', '1', '1', '0', '0', '9e15', '64'}",
     ),
-    # the record made once (its first field), never written again
+    # the record written once, when it is made
     "the record's write (HSET)": (
         "  redis.call('HSET', s, unpack(h))\n",
-        "  if not r[1] then redis.call('HSET', s, 'f', now_text) end\n",
+        "  if not r[1] then redis.call('HSET', s, unpack(h)) end\n",
     ),
     "the decision ids (RPUSH, LTRIM)": (
         "local len = #ids > 0 and redis.call('RPUSH', K[2], unpack(ids)) or 0",
         "local len = 0",
     ),
-    "the expiries (PEXPIRE)": ("  if renew then\n    redis.call('PEXPIRE', s, left)", "  if false then\n"),
+    "the expiries (PEXPIRE)": ("  if renew then\n    left = fmt('%d', left)", "  if false then\n"),
     "the tenant's index (ZADD ...)": ("  if #updates == 0 then return end\n", "  if true then return end\n"),
 }
 
@@ -69,8 +63,8 @@ def _variants() -> dict[str, str]:
         if old not in redis_sessions.APPLY:
             raise harness.BenchError(f"APPLY has changed: update the variant without {name}")
         out[f"without {name}"] = redis_sessions.APPLY.replace(old, new)
-    out["nothing (arguments only)"] = (
-        "local function apply_session(K, A) end\nlocal function index_sessions(sx, updates) end\n"
+    out["nothing (the updates decoded only)"] = (
+        "local function apply_sessions(base, sx, encoded) cjson.decode(encoded) end\n"
     )
     return out
 
@@ -108,15 +102,11 @@ def measure(client: redis.Redis, apply: str, calls: int, per_call: int) -> float
     client.flushdb()
     client.config_resetstat()
     for call in range(calls):
-        keys: list[str] = []
-        argv: list[str | int] = []
+        updates = []
         for u in range(per_call):
             session = (call * per_call + u) % SESSIONS
-            keys += redis_sessions.keys(base, f"{session:032x}")[:3]
-            argv += _update(session, call * per_call // SESSIONS)
-        keys.append(base + "sx")
-        argv.append(per_call)
-        client.evalsha(sha, len(keys), *keys, *argv)
+            updates.append(_update(session, call * per_call // SESSIONS))
+        client.evalsha(sha, 1, base + "sx", base, orjson.dumps(updates))
     stats = client.info("commandstats")["cmdstat_evalsha"]
     return float(stats["usec_per_call"]) / per_call
 

@@ -106,7 +106,7 @@ class RedisStore:
             *(base + "c:" + counter for counter, _, _ in settlement.spent),
             *(base + "q:" + refund.counter for refund in settlement.refunds),
         ]
-        args: list[str | int] = [
+        args: list[str | int | bytes] = [
             len(settlement.spent),
             len(settlement.refunds),
             settlement.keep_s * 1000,
@@ -124,9 +124,8 @@ class RedisStore:
         script = self._settle
         if settlement.session is not None:  # taken off again before the settle's own body runs
             script = self._settle_session
-            session_args = redis_sessions.args(settlement.session)
-            keys += redis_sessions.keys(base, settlement.session.session)
-            args += [*session_args, len(session_args)]
+            keys.append(base + "sx")
+            args += (base, redis_sessions.encoded((settlement.session,)))
         return bool(await self._wire.script(script, tuple(keys), tuple(args)) == 1)
 
     async def session(self, tenant: str, session: str) -> SessionRecord | None:
@@ -144,8 +143,9 @@ class RedisStore:
         return found[:limit]
 
     async def update_session(self, update: SessionUpdate) -> None:
-        keys = redis_sessions.keys(self._base(update.tenant), update.session)
-        await self._wire.script(self._update_session, keys, tuple(redis_sessions.args(update)))
+        base = self._base(update.tenant)
+        update_args = (base, redis_sessions.encoded((update,)))
+        await self._wire.script(self._update_session, (base + "sx",), update_args)
 
     async def lease(self, sync: LeaseSync) -> LeaseGrant:
         keys, args = redis_lease.lease_call(self._base(sync.tenant), sync)

@@ -25,13 +25,12 @@ _STATES: dict[int, Any] = {0: "held", 1: "stale", 2: "closed"}
 
 # KEYS: leases, lease record, batch marker, budget counters (nc), rate keys (nq),
 #       batch spent counters (ns), batch refund rate keys (nf), batch ledger keys (nl), then,
-#       when the batch carries session updates, the sessions' index `sx` and per update its
-#       record's keys (s, sd, sc)
+#       when the batch carries session updates, the sessions' index `sx`
 # ARGV: seq, lease_us, keep_ms, close 0|1, has batch 0|1, reservation prefix, nc, nq, ns, nf,
 #       nl, lease id; per budget (want, floor, limit, hard 0|1, expires_at); per rate (want,
 #       floor, per_minute); per spent (amount, expires_at); per refund inc_us; per ledger key
-#       (m, then m pairs of field, increment); per session updated its SESSION_ARGC arguments;
-#       last, the number of session updates
+#       (m, then m pairs of field, increment); last, the key base and the session updates
+#       (`redis_sessions.encoded`; both "" when there are none)
 # Returns {state 0 held|1 stale|2 closed, batch applied 0|1, per budget (hold, used),
 #          per rate (taken, remaining, backlog_us)}
 LEASE = (
@@ -60,15 +59,7 @@ if has_batch and redis.call('EXISTS', KEYS[3]) == 0 then
     for x = 1, m do redis.call('HINCRBY', key, A[a + 2 * x - 1], A[a + 2 * x]) end
     a = a + 1 + 2 * m
   end
-  local nu = tonumber(A[#A])
-  local ku, au = #KEYS - 3 * nu, #A - 1 - SESSION_ARGC * nu
-  local updates = {}
-  for u = 0, nu - 1 do
-    local k = ku + 3 * u
-    updates[u + 1] = {unpack(A, au + 1 + SESSION_ARGC * u, au + SESSION_ARGC * (u + 1))}
-    apply_session({KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]}, updates[u + 1])
-  end
-  index_sessions(KEYS[ku], updates)
+  if A[#A] ~= '' then apply_sessions(A[#A - 1], KEYS[#KEYS], A[#A]) end
   redis.call('HSET', KEYS[3], 's', 's')
   redis.call('PEXPIRE', KEYS[3], keep)
   applied = 1
@@ -170,11 +161,11 @@ else
   redis.call('ZADD', KEYS[1], n(now + lease_us), A[12])
 end
 return out
-""".replace("SESSION_ARGC", str(redis_sessions.SESSION_ARGC))
+"""
 )
 
 
-def lease_call(base: str, sync: LeaseSync) -> tuple[tuple[str, ...], tuple[str | int, ...]]:
+def lease_call(base: str, sync: LeaseSync) -> tuple[tuple[str, ...], tuple[str | int | bytes, ...]]:
     """The script's keys and arguments for a sync, under the tenant's key base."""
     folded = fold(sync.batch) if sync.batch is not None else None
     batch_id = sync.batch.batch_id if sync.batch is not None else sync.lease_id
@@ -188,14 +179,10 @@ def lease_call(base: str, sync: LeaseSync) -> tuple[tuple[str, ...], tuple[str |
     keys += [base + "q:" + counter for counter in refunds]
     keys += [base + "l:" + day for day in ledger]
     updates = [s.session for s in sync.batch.settlements if s.session is not None] if sync.batch else []
-    # The turns of one session in the batch: one update of its record (`redis_sessions.folded`).
-    sessions = redis_sessions.folded(updates)
-    if sessions:
+    if updates:
         keys.append(base + "sx")
-        for update_args in sessions:
-            keys += redis_sessions.keys(base, str(update_args[0]))[:3]
     keep_s = sync.batch.keep_s if sync.batch is not None else 900
-    args: list[str | int] = [
+    args: list[str | int | bytes] = [
         sync.seq,
         round(sync.lease_s * 1_000_000),
         keep_s * 1000,
@@ -221,9 +208,8 @@ def lease_call(base: str, sync: LeaseSync) -> tuple[tuple[str, ...], tuple[str |
         for (key_id, model, workflow), sums in rows.items():
             for name, value in zip(LEDGER_FIELDS, sums, strict=True):
                 args += (f"{key_id}\t{model}\t{workflow}\t{name}", value)
-    for update_args in sessions:
-        args += update_args
-    args.append(len(sessions))
+    # The turns of one session in the batch: one update of its record (`redis_sessions.folded`).
+    args += (base, redis_sessions.encoded(updates)) if updates else ("", "")
     return tuple(keys), tuple(args)
 
 

@@ -10,13 +10,15 @@ sessions by last seen (ms), for the operators' listing. All expire together, bet
 session's idle time and 1/64 more after its last turn: renewing an expiry is a call of its
 own, so it is renewed once per 1/64 of the idle time, not every turn.
 
-The update rides on the settle script (`settle_with_session`): the session's keys and
-arguments are appended to the settle's and taken off again before the settle's own body
-runs, which therefore stays exactly `redis_scripts.SETTLE`; the record is updated only when
-the settle applied (a settle repeated by a retry counts its turn once). A lease's settle
-batch carries the updates of its requests the same way (`redis_lease.py`, `lease_call`), one
-per session (its turns in the batch folded into one: `folded`), applied with the batch, only
-when the batch is.
+The update rides on the settle script (`settle_with_session`): the tenant's index key, its
+key base and the update (one JSON argument, `encoded`) are appended to the settle's keys and
+arguments and taken off again before the settle's own body runs, which therefore stays
+exactly `redis_scripts.SETTLE`; the record is updated only when the settle applied (a settle
+repeated by a retry counts its turn once). A lease's settle batch carries the updates of its
+requests the same way (`redis_lease.py`, `lease_call`), one per session (its turns in the
+batch folded into one: `folded`), all in one JSON argument, applied with the batch, only
+when the batch is. The records' keys are named in the script from the key base, in the
+tenant's hash slot like every key of its scripts.
 """
 
 from __future__ import annotations
@@ -28,10 +30,8 @@ import orjson
 
 from gateway.sessions.records import Checkpoint, SessionRecord, SessionUpdate
 
-SESSION_KEYS = 4  # s, sd, sc, sx
-SESSION_ARGC = 20  # the arguments of one session's update (`args`, `folded`)
-
-# K: {s, sd, sc}; A: the update of one session, one turn or several folded into one (`folded`):
+# K: {s, sd, sc}; A: the update of one session, one turn or several folded into one (`folded`),
+# decoded from JSON (its numbers Lua numbers, written back with '%d'):
 # {session, turns, input, cached, output, cost (sums), first, previous and last served turn's
 # input, model, upstream, replica (the last served turn's), workflow (the last given), decision
 # ids (space-separated, in order), max decisions, idle ms, due (the last given), the turns up
@@ -51,7 +51,7 @@ local function put(h, field, value) local k = #h; h[k + 1] = field; h[k + 2] = v
 local function apply_session(K, A)
   local s = K[1]
   local r = redis.call('HMGET', s, 'f', 't', 'i', 'c', 'o', 'u', 'li', 'dd', 'k', 'x', 'dk')
-  local turn = tonumber(A[2])
+  local turn = A[2]
   local turns = tonumber(r[2]) or 0
   -- The counters are sums of integers (the strings coerced), exact in doubles; '%d' writes
   -- them without an exponent.
@@ -65,58 +65,59 @@ local function apply_session(K, A)
       'dd', 0, 'due', '', 'dt', 0, 'k', 0}) do h[#h + 1] = v end
   end
   if turn > 0 then
-    if turns == 0 then put(h, 'fi', A[7]) end
+    if turns == 0 then put(h, 'fi', fmt('%d', A[7])) end
     if turn > 1 then
-      put(h, 'g', n(tonumber(A[9]) - tonumber(A[8])))
+      put(h, 'g', fmt('%d', A[9] - A[8]))
     elseif turns == 0 then
       put(h, 'g', 0)
     else
-      put(h, 'g', n(tonumber(A[9]) - tonumber(r[7])))
+      put(h, 'g', fmt('%d', A[9] - r[7]))
     end
-    put(h, 'li', A[9])
+    put(h, 'li', fmt('%d', A[9]))
   end
   if A[10] ~= '' then
-    put(h, 'm', A[10]); put(h, 'up', A[11]); put(h, 'r', A[12])
+    put(h, 'm', A[10]); put(h, 'up', A[11]); put(h, 'r', fmt('%d', A[12]))
   end
   if A[13] ~= '' then put(h, 'w', A[13]) end
   -- The keys live until `x` (ms): renewed to idle + idle/64 whenever what is left falls below
   -- the idle time (or exceeds the longest it may be, after a reload shortened it), so a record
   -- expires between idle and idle * 65/64 after its last turn, renewed once per idle/64.
   local ms = math.floor(now / 1000)
-  local idle = tonumber(A[16])
+  local idle = A[16]
   local slack = math.floor(idle / 64)
   local left = tonumber(r[10] or '0') - ms
   local renew = left < idle or left > idle + slack
-  if renew then left = idle + slack; put(h, 'x', n(ms + left)) end
+  if renew then left = idle + slack; put(h, 'x', fmt('%d', ms + left)) end
   if A[14] ~= '' then
     local ids = {}
     for id in string.gmatch(A[14], '%S+') do ids[#ids + 1] = id end
     local len = #ids > 0 and redis.call('RPUSH', K[2], unpack(ids)) or 0
-    if len == #ids and len > 0 and not renew then redis.call('PEXPIRE', K[2], left) end
+    if len == #ids and len > 0 and not renew then redis.call('PEXPIRE', K[2], fmt('%d', left)) end
     -- The list keeps up to a quarter more than the ids listed (`dk`, the newest): trimmed
     -- once per that many turns; readers list the newest `dk` and count the rest as dropped.
-    local keep = tonumber(A[15])
-    if r[11] ~= A[15] then put(h, 'dk', A[15]) end
+    local keep = A[15]
+    if tonumber(r[11]) ~= keep then put(h, 'dk', fmt('%d', keep)) end
     if len > keep + math.max(8, math.floor(keep / 4)) then
-      redis.call('LTRIM', K[2], -keep, -1)
-      put(h, 'dd', n(tonumber(r[8]) + len - keep))
+      redis.call('LTRIM', K[2], fmt('%d', -keep), -1)
+      put(h, 'dd', fmt('%d', r[8] + len - keep))
     end
   end
-  if A[17] ~= '' then put(h, 'due', A[17]); put(h, 'dt', n(turns + tonumber(A[18]))) end
+  if A[17] ~= '' then put(h, 'due', A[17]); put(h, 'dt', fmt('%d', turns + A[18])) end
   local checkpoints = r[9] ~= '0'
   if A[19] ~= '' then
     local rows = {}
     for row in string.gmatch(A[19], '[^\\n]+') do rows[#rows + 1] = row end
     redis.call('RPUSH', K[3], unpack(rows))
-    redis.call('LTRIM', K[3], -tonumber(A[20]), -1)
+    redis.call('LTRIM', K[3], fmt('%d', -A[20]), -1)
     if not checkpoints then
       put(h, 'k', 1)
-      if not renew then redis.call('PEXPIRE', K[3], left) end
+      if not renew then redis.call('PEXPIRE', K[3], fmt('%d', left)) end
     end
     checkpoints = true
   end
   redis.call('HSET', s, unpack(h))
   if renew then
+    left = fmt('%d', left)
     redis.call('PEXPIRE', s, left)
     redis.call('PEXPIRE', K[2], left)
     if checkpoints then redis.call('PEXPIRE', K[3], left) end
@@ -129,21 +130,32 @@ local function index_sessions(sx, updates)
   local z, idle = {}, 0
   for _, A in ipairs(updates) do
     z[#z + 1] = n(ms); z[#z + 1] = A[1]
-    idle = math.max(idle, tonumber(A[16]))
+    idle = math.max(idle, A[16])
   end
   redis.call('ZADD', sx, unpack(z))
   local life = idle + math.floor(idle / 64)  -- the longest a record lives (`apply_session`)
   redis.call('ZREMRANGEBYSCORE', sx, '-inf', '(' .. n(ms - life))
-  redis.call('PEXPIRE', sx, life)
+  redis.call('PEXPIRE', sx, n(life))
+end
+-- The updates of one call (`encoded`: a JSON array of argument arrays) applied, under the
+-- tenant's key base, then indexed in `sx`. The records' keys are named here from the base,
+-- in the tenant's slot like every key of its scripts, rather than passed three per session.
+local function apply_sessions(base, sx, encoded)
+  local updates = cjson.decode(encoded)
+  for _, A in ipairs(updates) do
+    local id = A[1]
+    apply_session({base .. 's:' .. id, base .. 'sd:' .. id, base .. 'sc:' .. id}, A)
+  end
+  index_sessions(sx, updates)
 end
 """
 
-# The settle script's tail: the last ARGV is how many session arguments precede it.
+# The settle script's tail: its last key is the tenant's index `sx`, its last two arguments
+# the key base and the update (`encoded`).
 _TAKE_SESSION = """
-local session_argc = tonumber(table.remove(ARGV))
-local session_args, session_keys = {}, {}
-for i = session_argc, 1, -1 do session_args[i] = table.remove(ARGV) end
-for i = 4, 1, -1 do session_keys[i] = table.remove(KEYS) end
+local session_update = table.remove(ARGV)
+local session_base = table.remove(ARGV)
+local session_index = table.remove(KEYS)
 """
 
 
@@ -159,14 +171,14 @@ def settle_with_session(settle: str, prelude: str) -> str:
         + body
         + "\nend\nlocal applied = settle_main()\n"
         + "if applied == 1 then\n"
-        + "  apply_session(session_keys, session_args)\n"
-        + "  index_sessions(session_keys[4], {session_args})\n"
+        + "  apply_sessions(session_base, session_index, session_update)\n"
         + "end\nreturn applied\n"
     )
 
 
 def update_script(prelude: str) -> str:
-    return prelude + APPLY + "apply_session(KEYS, ARGV)\nindex_sessions(KEYS[4], {ARGV})\nreturn 1\n"
+    """KEYS: sx; ARGV: the key base, the update (`encoded`)."""
+    return prelude + APPLY + "apply_sessions(ARGV[1], KEYS[1], ARGV[2])\nreturn 1\n"
 
 
 # The newest `dk` decision ids of a record (its list keeps a few more: `apply_session`), and
@@ -225,11 +237,11 @@ def keys(base: str, session: str) -> tuple[str, str, str, str]:
     return (base + "s:" + session, base + "sd:" + session, base + "sc:" + session, base + "sx")
 
 
-def args(update: SessionUpdate) -> list[str | int]:
-    """The script's arguments for one update: a fold of one turn."""
-    fold = _Fold(update)
-    fold.add(update)
-    return fold.args()
+def encoded(updates: Iterable[SessionUpdate]) -> bytes:
+    """The scripts' argument for `updates` (one request's, or a settle batch's): their fold
+    (`folded`) as one JSON array of argument arrays, which the script decodes in one call
+    (`cjson`), rather than 20 arguments a session, each converted and packed on its own."""
+    return orjson.dumps(folded(updates))
 
 
 def folded(updates: Iterable[SessionUpdate]) -> list[list[str | int]]:
@@ -245,6 +257,9 @@ def folded(updates: Iterable[SessionUpdate]) -> list[list[str | int]]:
         by_session.setdefault(update.session, []).append(update)
     out: list[list[str | int]] = []
     for turns in by_session.values():
+        if len(turns) == 1:  # most sessions in a batch: one turn, nothing to fold
+            out.append(_alone(turns[0]))
+            continue
         fold = _Fold(turns[0])
         for update in turns:
             if fold.bounds != (update.max_decisions, update.max_checkpoints, update.idle_s):
@@ -253,6 +268,33 @@ def folded(updates: Iterable[SessionUpdate]) -> list[list[str | int]]:
             fold.add(update)
         out.append(fold.args())
     return out
+
+
+def _alone(u: SessionUpdate) -> list[str | int]:
+    """`_Fold(u).add(u).args()`, the update folded with no other, without the fold."""
+    served = u.turn > 0
+    return [
+        u.session,
+        u.turn,
+        u.input_tokens,
+        u.cached_tokens,
+        u.output_tokens,
+        u.cost_micros,
+        u.input_tokens if served else 0,
+        0,
+        u.input_tokens if served else 0,
+        u.model,
+        u.upstream if u.model else "",
+        u.replica if u.model else 0,
+        u.workflow,
+        " ".join(u.decision_ids),
+        max(1, u.max_decisions),
+        max(1, u.idle_s * 1000),
+        u.due,
+        u.turn if u.due else 0,
+        orjson.dumps(_row(u.checkpoint)).decode() if u.checkpoint is not None else "",
+        max(1, u.max_checkpoints),
+    ]
 
 
 class _Fold:
