@@ -309,8 +309,10 @@ class StateStore(Protocol):
         """Ledger rows of these tenants for days since..until (YYYY-MM-DD, both included)."""
         ...
 
-    async def session(self, tenant: str, session: str) -> SessionRecord | None:
-        """The session's record, or None when there is none (or it expired)."""
+    async def session(self, tenant: str, session: str, decisions: bool = True) -> SessionRecord | None:
+        """The session's record, or None when there is none (or it expired). Without
+        `decisions`, its decision ids are left out (`decision_ids` empty): admission, which
+        reads a record for every turn whose cached copy is stale, has no use for them."""
         ...
 
     async def sessions(self, tenants: tuple[str, ...], sort: str, limit: int) -> list[SessionRecord]:

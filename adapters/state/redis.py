@@ -128,9 +128,10 @@ class RedisStore:
             args += (base, redis_sessions.encoded((settlement.session,)))
         return bool(await self._wire.script(script, tuple(keys), tuple(args)) == 1)
 
-    async def session(self, tenant: str, session: str) -> SessionRecord | None:
+    async def session(self, tenant: str, session: str, decisions: bool = True) -> SessionRecord | None:
         keys = redis_sessions.keys(self._base(tenant), session)[:3]
-        reply = _checked(self._wire.describe, await self._wire.script(self._get_session, keys, ()))
+        listed = (1 if decisions else 0,)
+        reply = _checked(self._wire.describe, await self._wire.script(self._get_session, keys, listed))
         return redis_sessions.record(tenant, session, *reply) if reply else None
 
     async def sessions(self, tenants: tuple[str, ...], sort: str, limit: int) -> list[SessionRecord]:

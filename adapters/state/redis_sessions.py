@@ -184,24 +184,28 @@ def update_script(prelude: str) -> str:
 # The newest `dk` decision ids of a record (its list keeps a few more: `apply_session`), and
 # how many older ones the list still holds (dropped, for the record: added to its `dd`).
 LISTED_IDS = """
-local function listed_ids(fields, sd)
+local function listed_ids(fields, sd, listed)
   local keep
   for i = 1, #fields, 2 do
     if fields[i] == 'dk' then keep = tonumber(fields[i + 1]) end
   end
   local len = redis.call('LLEN', sd)
-  if keep == nil or len <= keep then return redis.call('LRANGE', sd, 0, -1), 0 end
-  return redis.call('LRANGE', sd, -keep, -1), len - keep
+  local over = (keep ~= nil and len > keep) and len - keep or 0
+  if not listed then return {}, over end
+  if over == 0 then return redis.call('LRANGE', sd, 0, -1), 0 end
+  return redis.call('LRANGE', sd, -keep, -1), over
 end
 """
 
-# KEYS: s, sd, sc. Returns {} or {hash fields, decision ids, checkpoints, ids dropped beyond `dd`}.
+# KEYS: s, sd, sc; ARGV: 1 to list the decision ids, 0 not to (they are counted either way).
+# Returns {} or {hash fields, decision ids (none when not asked for), checkpoints, ids
+# dropped beyond `dd`}.
 GET = (
     LISTED_IDS
     + """
 local fields = redis.call('HGETALL', KEYS[1])
 if #fields == 0 then return {} end
-local ids, over = listed_ids(fields, KEYS[2])
+local ids, over = listed_ids(fields, KEYS[2], ARGV[1] == '1')
 return {fields, ids, redis.call('LRANGE', KEYS[3], 0, -1), over}
 """
 )
@@ -220,7 +224,7 @@ for _, m in ipairs(members) do
   if #fields == 0 then
     redis.call('ZREM', KEYS[1], m)
   else
-    local ids, over = listed_ids(fields, ARGV[1] .. 'sd:' .. m)
+    local ids, over = listed_ids(fields, ARGV[1] .. 'sd:' .. m, true)
     out[#out + 1] = m
     out[#out + 1] = fields
     out[#out + 1] = ids

@@ -210,8 +210,8 @@ class SQLiteStore:
     async def spend(self, tenants: tuple[str, ...], since: str, until: str) -> list[SpendRow]:
         return await self._run(sqlite_tx.spend, tenants, since, until)
 
-    async def session(self, tenant: str, session: str) -> SessionRecord | None:
-        return await self._run(sqlite_sessions.get, tenant, session)
+    async def session(self, tenant: str, session: str, decisions: bool = True) -> SessionRecord | None:
+        return await self._run(sqlite_sessions.get, tenant, session, decisions)
 
     async def sessions(self, tenants: tuple[str, ...], sort: str, limit: int) -> list[SessionRecord]:
         return await self._run(sqlite_sessions.listed, tenants, sort, limit)

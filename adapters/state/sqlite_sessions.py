@@ -109,12 +109,14 @@ def apply(db: sqlite3.Connection, now_us: int, update: SessionUpdate) -> None:
 
 # The queries below are built from this module's constants (columns, sort orders) and
 # placeholders; every value is bound.
-def get(db: sqlite3.Connection, now_us: int, tenant: str, session: str) -> SessionRecord | None:
+def get(
+    db: sqlite3.Connection, now_us: int, tenant: str, session: str, decisions: bool = True
+) -> SessionRecord | None:
     row = db.execute(
         f"SELECT {_COLUMNS} FROM sessions WHERE tenant = ? AND session = ? AND expires_us >= ?",  # noqa: S608
         (tenant, session, now_us),
     ).fetchone()
-    return _record(row) if row is not None else None
+    return _record(row, decisions) if row is not None else None
 
 
 def listed(
@@ -134,7 +136,7 @@ def _row(checkpoint: Checkpoint) -> list[Any]:
     return [c.turn, c.messages, c.digest, c.summary, c.tokens_before, c.tokens_after]
 
 
-def _record(row: tuple[Any, ...]) -> SessionRecord:
+def _record(row: tuple[Any, ...], decisions_listed: bool = True) -> SessionRecord:
     (tenant, session, first, last, turns, inp, cached, out, cost, fi, li, growth) = row[:12]
     model, upstream, replica, workflow, decisions, dropped, due, due_turn, checkpoints = row[12:]
     return SessionRecord(
@@ -154,7 +156,7 @@ def _record(row: tuple[Any, ...]) -> SessionRecord:
         upstream,
         replica,
         workflow,
-        tuple(orjson.loads(decisions)),
+        tuple(orjson.loads(decisions)) if decisions_listed else (),
         dropped,
         due,
         due_turn,

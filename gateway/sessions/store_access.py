@@ -27,9 +27,11 @@ class SessionStore:
     """The store of session records, opened once, and a worker's cache of what it read.
 
     A record read is reused for `ttl_s` (`sessions.cache_s`): the policy's bands and the
-    turn count of advise checkpoints may be that stale. Hard caps never use it: they are
-    reserved in the store with the request's budgets. Checkpoints this worker made are kept
-    beside the cache, since the settle that records them may land after the next turn arrives.
+    turn count of advise checkpoints may be that stale. It is read without its decision ids,
+    which no stage uses (`GET /v1/sessions/{id}` reads the whole record from the store).
+    Hard caps never use it: they are reserved in the store with the request's budgets.
+    Checkpoints this worker made are kept beside the cache, since the settle that records
+    them may land after the next turn arrives.
     """
 
     def __init__(
@@ -89,7 +91,7 @@ class SessionStore:
         if cached is not None and cached[0] > now and not fresh:
             return cached
         try:
-            record = await (await self.store()).session(tenant, session)
+            record = await (await self.store()).session(tenant, session, decisions=False)
         except StateStoreUnavailable:
             logger.warning("session record unavailable: the state store cannot be read")
             return cached if cached is not None else (now, None, NO_SESSION)

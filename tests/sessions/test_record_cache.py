@@ -20,10 +20,10 @@ class CountedReads:
         self._store = store
         self.reads = 0
 
-    async def session(self, tenant: str, session: str) -> SessionRecord | None:
+    async def session(self, tenant: str, session: str, decisions: bool = True) -> SessionRecord | None:
         self.reads += 1
         await asyncio.sleep(0.05)
-        return await self._store.session(tenant, session)
+        return await self._store.session(tenant, session, decisions)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)

@@ -4,6 +4,7 @@ by the settle that carries it (once, however often the settle is repeated) or al
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 
 import redis
@@ -92,6 +93,21 @@ async def test_a_long_session_lists_its_newest_decisions_and_counts_all_the_othe
         assert record is not None
         assert record.decision_ids == tuple(ids[-3:])
         assert record.decisions_dropped == 37
+
+
+async def test_a_record_read_without_its_decision_ids_is_the_same_record_but_them(
+    store: StateStore,
+) -> None:
+    checkpoint = Checkpoint(2, 3, "ab" * 32, "summary", 100, 10)
+    for n in range(6):
+        await store.update_session(update(checkpoint=checkpoint if n == 2 else None))
+    whole = await store.session("acme", "s1")
+    light = await store.session("acme", "s1", decisions=False)
+    assert whole is not None and light is not None
+    assert len(whole.decision_ids) == 3
+    assert light.decision_ids == ()
+    assert light == dataclasses.replace(whole, decision_ids=())
+    assert await store.session("acme", "nobody", decisions=False) is None
 
 
 async def test_a_request_not_served_adds_no_turn_but_keeps_its_decision(store: StateStore) -> None:
