@@ -257,11 +257,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=12, help="gateway rounds (pairs, order alternating)")
     parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds of each gateway run")
     parser.add_argument("--profile", choices=("off", "on"), help="py-spy one worker of this variant instead")
+    parser.add_argument(
+        "--sessions",
+        type=int,
+        default=64,
+        help="how many sessions the requests name (--gateway-only, --profile)",
+    )
     args = parser.parse_args(argv)
     rounds = 1 if args.quick else args.rounds
     seconds = 5 if args.quick else args.seconds
     if args.profile:
-        prof = profile_gateway(args.profile, seconds)
+        prof = profile_gateway(args.profile, seconds, args.sessions)
         for title in ("areas", "inclusive", "self_python"):
             print(f"-- {title}")
             for row in prof[title]:
@@ -270,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.gateway_only:
         meta = spine.run_meta(argv)
-        figures = gateway_figures(rounds, seconds)
+        figures = gateway_figures(rounds, seconds, args.sessions)
         spine.save_results("sessions-gateway", {"meta": meta, "gateway": figures})
         print(f"python -m bench.sessions{meta['args']} · {meta['date']} · git {meta['git']}")
         print("\n".join(gateway_lines(figures, TARGET_THROUGHPUT_LOSS)))

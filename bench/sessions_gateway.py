@@ -1,9 +1,11 @@
 """bench.sessions, the whole pipeline with and without sessions: wrk c64 against one gateway
 (2 workers: Redis metering with a budget, the shipped policy, redaction masking both ways, the
-decision log, metrics), every request naming one of 64 sessions, `sessions.enabled` false and
-true. Both gateways stay up side by side; rounds of short wrk runs alternate between them
-(off then on, on then off, ...) so a drift of the machine's load falls on both alike; each
-round's pair gives a ratio of gateway CPU per request, and the figures are the medians.
+decision log, metrics), every request naming one of 64 sessions (or `sessions` of them: with
+thousands, as many agents each sending a turn now and then would, nearly every turn misses
+the worker's record cache and reads its record), `sessions.enabled` false and true. Both
+gateways stay up side by side; rounds of short wrk runs alternate between them (off then on,
+on then off, ...) so a drift of the machine's load falls on both alike; each round's pair
+gives a ratio of gateway CPU per request, and the figures are the medians.
 
 `profile_gateway` instead runs py-spy on one worker of one variant under that load
 (`bench/profile.py`), for an off-vs-on comparison of where a worker spends its time.
@@ -33,7 +35,7 @@ SESSION_WRK_SCRIPT = (
 local sent = 0
 request = function()
   sent = sent + 1
-  wrk.headers["X-Session-Id"] = "bench-session-" .. (sent % 64)
+  wrk.headers["X-Session-Id"] = "bench-session-" .. (sent % {sessions})
   return wrk.format()
 end
 """
@@ -58,7 +60,9 @@ def redis_cpu_s() -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def _with_gateways(run: Callable[[spine.Stack, Callable[[bool], None], Path], Any]) -> Any:
+def _with_gateways(
+    run: Callable[[spine.Stack, Callable[[bool], None], Path], Any], sessions: int = 64
+) -> Any:
     """`run(stack, start, script)` with the upstream up; `start(enabled)` serves a gateway with
     sessions on or off as `stack.gateway`."""
     procs = spine.Processes()
@@ -79,14 +83,14 @@ def _with_gateways(run: Callable[[spine.Stack, Callable[[bool], None], Path], An
             spine.serve_gateway(stack, f"sessions-{enabled}", config)
 
         script = tmp / "sessions.lua"
-        script.write_text(SESSION_WRK_SCRIPT.format(body=spine.CHAT_BODY, key=key))
+        script.write_text(SESSION_WRK_SCRIPT.format(body=spine.CHAT_BODY, key=key, sessions=sessions))
         return run(stack, start, script)
     finally:
         procs.stop_all()
         delete_keys(prefix)
 
 
-def gateway_figures(rounds: int, seconds: float) -> dict[str, Any]:
+def gateway_figures(rounds: int, seconds: float, sessions: int = 64) -> dict[str, Any]:
     """Both gateways started once and kept up, then `rounds` pairs of wrk runs of `seconds`
     each, one against each gateway back to back, the order alternating: many short paired
     runs rather than a few long ones, so a change in the machine's load falls on both sides
@@ -128,13 +132,14 @@ def gateway_figures(rounds: int, seconds: float) -> dict[str, Any]:
             # Each round's on / off pair, run back to back: the least disturbed comparison.
             "cpu_ratio_median": statistics.median(ratios),
             "cpu_ratios": ratios,
+            "sessions": sessions,
         }
 
-    result: dict[str, Any] = _with_gateways(measure)
+    result: dict[str, Any] = _with_gateways(measure, sessions)
     return result
 
 
-def profile_gateway(variant: str, seconds: float) -> dict[str, Any]:
+def profile_gateway(variant: str, seconds: float, sessions: int = 64) -> dict[str, Any]:
     """py-spy (200 Hz, --native) on one worker of the `variant` ("off" or "on") gateway under wrk c64."""
 
     def record(stack: spine.Stack, start: Callable[[bool], None], script: Path) -> dict[str, Any]:
@@ -148,7 +153,7 @@ def profile_gateway(variant: str, seconds: float) -> dict[str, Any]:
         result: dict[str, Any] = profile(stack, server, options, stack.tmp, script)
         return result
 
-    found: dict[str, Any] = _with_gateways(record)
+    found: dict[str, Any] = _with_gateways(record, sessions)
     return found
 
 
@@ -162,8 +167,9 @@ def gateway_lines(g: dict[str, Any], target_loss: float) -> list[str]:
         "",
         f"The whole pipeline (2 workers, Redis metering with a budget, the shipped policy, redaction "
         f"both ways, the decision log, metrics; upstream {g['upstream']}), wrk c64, every request "
-        f"naming one of 64 sessions; both gateways up side by side, {len(g['cpu_ratios'])} rounds of "
-        f"{g.get('seconds', 10):.0f} s against each, back to back, the order alternating:",
+        f"naming one of {g.get('sessions', 64):,} sessions; both gateways up side by side, "
+        f"{len(g['cpu_ratios'])} rounds of {g.get('seconds', 10):.0f} s against each, back to back, "
+        "the order alternating:",
         "",
         "| sessions | RPS at c64 | gateway CPU per request | Redis CPU per request |",
         "|---|---|---|---|",

@@ -386,32 +386,40 @@ def record(
     checkpoints: list[bytes],
     over: int = 0,
 ) -> SessionRecord:
-    f = {k.decode(): v.decode() for k, v in zip(fields[::2], fields[1::2], strict=True)}
+    # Read for nearly every turn of a session whose cached copy is stale: the numbers are
+    # parsed from their bytes as they come, only the texts decoded.
+    f = dict(zip(fields[::2], fields[1::2], strict=True))
+    get = f.get
 
-    def num(name: str) -> int:
-        return int(f.get(name, "0") or "0")
+    def num(name: bytes) -> int:
+        value = get(name)
+        return int(value) if value else 0
+
+    def text(name: bytes) -> str:
+        value = get(name)
+        return value.decode() if value else ""
 
     return SessionRecord(
         tenant,
         session,
-        num("f"),
-        num("l"),
-        num("t"),
-        num("i"),
-        num("c"),
-        num("o"),
-        num("u"),
-        num("fi"),
-        num("li"),
-        num("g"),
-        f.get("m", ""),
-        f.get("up", ""),
-        num("r"),
-        f.get("w", ""),
+        num(b"f"),
+        num(b"l"),
+        num(b"t"),
+        num(b"i"),
+        num(b"c"),
+        num(b"o"),
+        num(b"u"),
+        num(b"fi"),
+        num(b"li"),
+        num(b"g"),
+        text(b"m"),
+        text(b"up"),
+        num(b"r"),
+        text(b"w"),
         tuple(d.decode() for d in decisions),
-        num("dd") + over,
-        f.get("due", ""),
-        num("dt"),
+        num(b"dd") + over,
+        text(b"due"),
+        num(b"dt"),
         tuple(Checkpoint(*orjson.loads(c)) for c in checkpoints),
     )
 
