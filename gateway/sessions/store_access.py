@@ -91,7 +91,8 @@ class SessionStore:
         if cached is not None and cached[0] > now and not fresh:
             return cached
         try:
-            record = await (await self.store()).session(tenant, session, decisions=False)
+            store = self._store if self._store is not None else await self.store()
+            record = await store.session(tenant, session, decisions=False)
         except StateStoreUnavailable:
             logger.warning("session record unavailable: the state store cannot be read")
             return cached if cached is not None else (now, None, NO_SESSION)
