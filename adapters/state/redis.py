@@ -129,7 +129,7 @@ class RedisStore:
         return bool(await self._wire.script(script, tuple(keys), tuple(args)) == 1)
 
     async def session(self, tenant: str, session: str, decisions: bool = True) -> SessionRecord | None:
-        keys = redis_sessions.keys(self._base(tenant), session)[:3]
+        keys = redis_sessions.keys(self._base(tenant), session)
         listed = (1 if decisions else 0,)
         reply = _checked(self._wire.describe, await self._wire.script(self._get_session, keys, listed))
         return redis_sessions.record(tenant, session, *reply) if reply else None

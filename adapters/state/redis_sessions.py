@@ -237,8 +237,10 @@ return out
 )
 
 
-def keys(base: str, session: str) -> tuple[str, str, str, str]:
-    return (base + "s:" + session, base + "sd:" + session, base + "sc:" + session, base + "sx")
+def keys(base: str, session: str) -> tuple[str, str, str]:
+    """A record's keys: its hash, its decision ids, its checkpoints (the scripts that write
+    name them the same way, from the key base: `apply_sessions`)."""
+    return (base + "s:" + session, base + "sd:" + session, base + "sc:" + session)
 
 
 def encoded(updates: Iterable[SessionUpdate]) -> bytes:
@@ -261,9 +263,6 @@ def folded(updates: Iterable[SessionUpdate]) -> list[list[str | int]]:
         by_session.setdefault(update.session, []).append(update)
     out: list[list[str | int]] = []
     for turns in by_session.values():
-        if len(turns) == 1:  # most sessions in a batch: one turn, nothing to fold
-            out.append(_alone(turns[0]))
-            continue
         fold = _Fold(turns[0])
         for update in turns:
             if fold.bounds != (update.max_decisions, update.max_checkpoints, update.idle_s):
@@ -272,33 +271,6 @@ def folded(updates: Iterable[SessionUpdate]) -> list[list[str | int]]:
             fold.add(update)
         out.append(fold.args())
     return out
-
-
-def _alone(u: SessionUpdate) -> list[str | int]:
-    """`_Fold(u).add(u).args()`, the update folded with no other, without the fold."""
-    served = u.turn > 0
-    return [
-        u.session,
-        u.turn,
-        u.input_tokens,
-        u.cached_tokens,
-        u.output_tokens,
-        u.cost_micros,
-        u.input_tokens if served else 0,
-        0,
-        u.input_tokens if served else 0,
-        u.model,
-        u.upstream if u.model else "",
-        u.replica if u.model else 0,
-        u.workflow,
-        " ".join(u.decision_ids),
-        max(1, u.max_decisions),
-        max(1, u.idle_s * 1000),
-        u.due,
-        u.turn if u.due else 0,
-        orjson.dumps(_row(u.checkpoint)).decode() if u.checkpoint is not None else "",
-        max(1, u.max_checkpoints),
-    ]
 
 
 class _Fold:

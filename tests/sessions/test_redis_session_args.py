@@ -1,5 +1,5 @@
-"""The Redis session scripts' arguments: a session's one turn in a batch is written without a
-fold, and must give exactly what the fold gives."""
+"""The Redis session scripts' argument: a batch's updates, folded per session, as one JSON
+array the script decodes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.state.redis_sessions import _Fold, encoded, folded
+from adapters.state.redis_sessions import encoded, folded
 from gateway.sessions.records import Checkpoint, SessionUpdate
 
 _TEXT = st.sampled_from(["", "chat", "triage", "every_turns 8"])
@@ -40,17 +40,6 @@ _UPDATES = st.builds(
     _CHECKPOINTS,
     st.integers(0, 8),
 )
-
-
-def _by_fold(update: SessionUpdate) -> list[str | int]:
-    fold = _Fold(update)
-    fold.add(update)
-    return fold.args()
-
-
-@given(_UPDATES)
-def test_one_turn_gives_the_arguments_its_fold_gives(update: SessionUpdate) -> None:
-    assert folded([update]) == [_by_fold(update)]
 
 
 @given(st.lists(_UPDATES, max_size=8))
