@@ -1,136 +1,129 @@
-"""Redis's own CPU per session-record update, and where it goes.
+"""Redis's own CPU per session turn, by how often the session's record is read.
 
-    python -m bench.session_script [--calls N] [--per-call U]
+    python -m bench.session_script [--calls N] [--per-call U] [--agents S]
 
-A settle batch updates its sessions' records inside the lease script (`redis_lease.LEASE`):
-`redis_sessions.APPLY`'s `apply_sessions` decodes the batch's updates (one JSON argument),
-calls `apply_session` once per session, then `index_sessions` once. This runs that code as
-the lease script does (U updates a call)
-on a redis-server of its own, for 64 sessions turn after turn (the decision-id list full
-and trimmed, as in a long session), and reads Redis's own time per call (`INFO
-commandstats`, usec_per_call): the figure does not depend on the client or on the machine's
-other work the way wall-clock figures do.
+A settle batch records its sessions' turns inside the lease script (`redis_lease.LEASE`,
+`redis_sessions.APPLY`); the record is read at admission, through each worker's record cache,
+so a session's turns come between two reads one at a time (an agent's turns, seconds apart:
+every turn reads) or many (a busy session whose worker's cache is fresh). This runs the
+update script (`redis_sessions.update_script`, U updates a call, as a batch's) and the
+light read (`redis_sessions.GET`, without the decision ids, as admission reads) on a
+redis-server of its own, for 64 sessions turn after turn (the decision-id list full and
+trimmed, as in a long session), each session's record read once every R of its turns; then
+for S sessions whose turns each come more than a second after the last, each read at
+admission (an agent's turns). It reads Redis's own time for both scripts (`INFO
+commandstats`): the figure does not depend on the client or on the machine's other work the
+way wall-clock figures do.
 
-The variants take one part of `APPLY` out at a time (its text replaced), so the difference
-from "as shipped" is what that part costs: the record's read (HMGET), its write (HSET), the
-decision-id list (RPUSH, LTRIM), the expiries (PEXPIRE), the tenant's index (ZADD ...), and
-everything ("nothing": the updates passed and decoded, nothing applied).
+It uses only what every revision since the updates went as one JSON argument has
+(`update_script`, `GET`, `keys`, `encoded`), so the same file run from an older checkout
+measures that revision.
 """
 
 from __future__ import annotations
 
 import argparse
 import tempfile
+import time
 from pathlib import Path
 
-import orjson
 import redis
 
 from adapters.state import redis_sessions
 from adapters.state.redis_scripts import PRELUDE
 from bench import harness
 from bench.leases import start_redis
+from gateway.sessions.records import SessionUpdate
 
 SESSIONS = 64
-# The lease script's call for a batch's session updates (`redis_lease.LEASE`), on its own
-_BATCH = """
-apply_sessions(ARGV[1], KEYS[1], ARGV[2])
-return 1
-"""
-# Each variant: the text of APPLY taken out, and what stands in its place
-_WITHOUT: dict[str, tuple[str, str]] = {
-    "the record's read (HMGET)": (
-        "local r = redis.call('HMGET', s, 'f', 't', 'i', 'c', 'o', 'u', 'li', 'dd', 'k', 'x', 'dk')",
-        "local r = {'1', '1', '1', '1', '1', '1', '1', '0', '0', '9e15', '64'}",
-    ),
-    # the record written once, when it is made
-    "the record's write (HSET)": (
-        "  redis.call('HSET', s, unpack(h))\n",
-        "  if not r[1] then redis.call('HSET', s, unpack(h)) end\n",
-    ),
-    "the decision ids (RPUSH, LTRIM)": (
-        "local len = #ids > 0 and redis.call('RPUSH', K[2], unpack(ids)) or 0",
-        "local len = 0",
-    ),
-    "the expiries (PEXPIRE)": ("  if renew then\n    left = fmt('%d', left)", "  if false then\n"),
-    "the tenant's index (ZADD ...)": ("  if #updates == 0 then return end\n", "  if true then return end\n"),
-}
+READS_EVERY = (1, 4, 16, 0)  # turns of a session between two reads of its record; 0: never read
 
 
-def _variants() -> dict[str, str]:
-    out = {"as shipped": redis_sessions.APPLY}
-    for name, (old, new) in _WITHOUT.items():
-        if old not in redis_sessions.APPLY:
-            raise harness.BenchError(f"APPLY has changed: update the variant without {name}")
-        out[f"without {name}"] = redis_sessions.APPLY.replace(old, new)
-    out["nothing (the updates decoded only)"] = (
-        "local function apply_sessions(base, sx, encoded) cjson.decode(encoded) end\n"
-    )
-    return out
-
-
-def _update(session: int, turn: int) -> list[str | int]:
-    """One turn of a session, as `redis_sessions.folded` gives it (a served turn, one decision)."""
-    return [
+def _update(session: int, turn: int) -> SessionUpdate:
+    """One served turn of a session with one decision."""
+    return SessionUpdate(
+        "t",
         f"{session:032x}",
         1,
         1000 + 50 * turn,
         800,
         40,
         1234,
-        1000 + 50 * turn,
-        950 + 50 * turn,
-        1000 + 50 * turn,
         "bench-model",
         "fast",
         0,
         "bench-workflow",
-        f"{turn:032x}",
+        (f"{turn:032x}",),
         64,
-        3_600_000,
-        "",
-        0,
-        "",
-        8,
-    ]
+        3600,
+    )
 
 
-def measure(client: redis.Redis, apply: str, calls: int, per_call: int) -> float:
-    """Redis's µs per session update for `calls` script calls of `per_call` updates each."""
-    sha = client.script_load(PRELUDE + apply + _BATCH)
+def _read(client: redis.Redis, get: str, base: str, session: int) -> None:
+    keys = redis_sessions.keys(base, f"{session:032x}")
+    client.evalsha(get, len(keys), *keys, 0)
+
+
+def measure(client: redis.Redis, calls: int, per_call: int, reads_every: int) -> float:
+    """Redis's µs per turn, updates and reads together, for SESSIONS sessions turn after turn."""
+    update = client.script_load(redis_sessions.update_script(PRELUDE))
+    get = client.script_load(redis_sessions.GET)
     base = "tgbench:{t}:"
     client.flushdb()
     client.config_resetstat()
     for call in range(calls):
-        updates = []
-        for u in range(per_call):
-            session = (call * per_call + u) % SESSIONS
-            updates.append(_update(session, call * per_call // SESSIONS))
-        client.evalsha(sha, 1, base + "sx", base, orjson.dumps(updates))
+        batch = [_update(n % SESSIONS, n // SESSIONS) for n in range(call * per_call, (call + 1) * per_call)]
+        client.evalsha(update, 1, base + "sx", base, redis_sessions.encoded(batch))
+        for n in range(call * per_call, (call + 1) * per_call):
+            if reads_every and (n // SESSIONS) % reads_every == reads_every - 1:
+                _read(client, get, base, n % SESSIONS)
     stats = client.info("commandstats")["cmdstat_evalsha"]
-    return float(stats["usec_per_call"]) / per_call
+    return float(stats["usec"]) / (calls * per_call)
+
+
+def measure_agents(client: redis.Redis, sessions: int, per_call: int) -> float:
+    """Redis's µs per turn, update and read, for turns that each come more than a second after
+    their session's last (records made beforehand, not counted), each read at admission."""
+    update = client.script_load(redis_sessions.update_script(PRELUDE))
+    get = client.script_load(redis_sessions.GET)
+    base = "tgbench:{t}:"
+    client.flushdb()
+    for turn in range(2):
+        if turn == 1:
+            time.sleep(1.2)
+            client.config_resetstat()
+        for first in range(0, sessions, per_call):
+            batch = [_update(n, turn) for n in range(first, min(sessions, first + per_call))]
+            for n in range(first, min(sessions, first + per_call)):
+                _read(client, get, base, n)
+            client.evalsha(update, 1, base + "sx", base, redis_sessions.encoded(batch))
+    stats = client.info("commandstats")["cmdstat_evalsha"]
+    return float(stats["usec"]) / sessions
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=3000, help="script calls per variant")
+    parser.add_argument("--calls", type=int, default=3000, help="update script calls per variant")
     parser.add_argument("--per-call", type=int, default=16, help="session updates per call (a batch's)")
+    parser.add_argument("--agents", type=int, default=4096, help="sessions of the agents' case")
     args = parser.parse_args(argv)
     procs = harness.Processes()
     with tempfile.TemporaryDirectory(prefix="tollgate-bench-session-script-") as tmp:
         try:
             port = start_redis(procs, Path(tmp))
             client = redis.Redis(host=harness.HOST, port=port)
-            figures = {
-                name: measure(client, apply, args.calls, args.per_call) for name, apply in _variants().items()
-            }
+            figures = {every: measure(client, args.calls, args.per_call, every) for every in READS_EVERY}
+            agents = measure_agents(client, args.agents, args.per_call)
         finally:
             procs.stop_all()
-    shipped = figures["as shipped"]
-    print(f"| variant | Redis µs per session update ({args.per_call} a call) | difference |")
-    print("|---|---|---|")
-    for name, value in figures.items():
-        print(f"| {name} | {value:.1f} | {value - shipped:+.1f} |")
+    print(f"| a session's record read | Redis µs per turn, updates ({args.per_call} a call) and reads |")
+    print("|---|---|")
+    for every, value in figures.items():
+        when = "never" if every == 0 else "every turn" if every == 1 else f"once every {every} turns"
+        print(f"| {SESSIONS} sessions turn after turn, read {when} | {value:.1f} |")
+    print(
+        f"| {args.agents} sessions, each turn over a second after the last, read every turn | {agents:.1f} |"
+    )
     return 0
 
 

@@ -13,7 +13,7 @@ import redis
 from adapters.state.redis import RedisStore
 from gateway.metering.records import Settlement
 from gateway.ports import StateStore
-from gateway.sessions.records import Checkpoint, SessionUpdate
+from gateway.sessions.records import Checkpoint, SessionRecord, SessionUpdate
 from tests.metering.conftest import REDIS_URL
 
 
@@ -202,3 +202,46 @@ async def test_every_key_of_a_redis_record_expires_with_it(redis_prefix: str) ->
     finally:
         client.close()
         await store.aclose()
+
+
+def _story(session: str) -> list[SessionUpdate]:
+    """Turns of one session: served and not, the model, upstream and workflow changed, a due
+    reason, checkpoints, and the bounds changed midway (a reload)."""
+    first = Checkpoint(2, 5, "ab" * 32, "earlier", 900, 30)
+    second = Checkpoint(4, 9, "cd" * 32, "later", 1200, 40)
+    refused = {"turn": 0, "input_tokens": 0, "cached_tokens": 0, "output_tokens": 0, "cost_micros": 0}
+    return [
+        update(session, input_tokens=100, decision_ids=("a1",), max_checkpoints=2),
+        update(session, decision_ids=("a2",), model="", upstream="", **refused),
+        update(session, input_tokens=130, decision_ids=("a3", "a4"), checkpoint=first, due="every_turns 2"),
+        update(session, input_tokens=90, decision_ids=(), upstream="backup", replica=2, workflow="search"),
+        update(session, input_tokens=170, decision_ids=("a5", "a6"), max_decisions=2, checkpoint=second),
+        update(session, input_tokens=60, decision_ids=("a7",), max_decisions=2, max_checkpoints=1),
+        update(session, decision_ids=("a8", "a9"), model="", max_decisions=5, **refused),
+        update(session, input_tokens=80, decision_ids=("b1",), max_decisions=5, model="big"),
+    ]
+
+
+def _same(record: SessionRecord | None) -> tuple[object, ...]:
+    assert record is not None
+    fields = dataclasses.astuple(record)
+    return fields[:1] + fields[4:]  # all but the session key and the times seen
+
+
+async def test_a_record_read_after_every_turn_is_the_one_read_once_at_the_end(store: StateStore) -> None:
+    """Reads between turns change nothing: the record is the one the turns give applied one
+    after another, whatever a store keeps between two reads."""
+    read_often, read_once = uuid.uuid4().hex, uuid.uuid4().hex
+    for mine, theirs in zip(_story(read_often), _story(read_once), strict=True):
+        await store.update_session(mine)
+        assert await store.session("acme", read_often, decisions=False) is not None
+        await store.update_session(theirs)
+    often = await store.session("acme", read_often)
+    assert _same(often) == _same(await store.session("acme", read_once))
+    assert often is not None
+    assert (often.turns, often.input_tokens, often.last_input, often.last_growth) == (6, 630, 80, 20)
+    assert (often.model, often.upstream, often.replica, often.workflow) == ("big", "local", 1, "triage")
+    assert often.decision_ids == ("a6", "a7", "a8", "a9", "b1")
+    assert often.decisions_dropped == 5
+    assert [c.turn for c in often.checkpoints] == [2, 4]  # trimmed only when one is added
+    assert (often.due, often.due_turn) == ("every_turns 2", 2)
