@@ -130,6 +130,11 @@ class RedisStore:
 
     async def session(self, tenant: str, session: str, decisions: bool = True) -> SessionRecord | None:
         keys = redis_sessions.keys(self._base(tenant), session)
+        if not decisions:  # admission's read: plain commands, no reply through Lua
+            reply = await self._wire.transaction(keys[0], redis_sessions.light_read(keys))
+            if not isinstance(reply, ReplyError):
+                return redis_sessions.light_record(tenant, session, reply)
+            # a cluster's slot moved or migrating: the script follows the redirections
         listed = (1 if decisions else 0,)
         reply = _checked(self._wire.describe, await self._wire.script(self._get_session, keys, listed))
         return redis_sessions.record(tenant, session, *reply) if reply else None

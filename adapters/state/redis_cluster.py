@@ -60,6 +60,21 @@ class RedisClusterWire:
 
         return await run_script(call, self.describe, script, keys, args)
 
+    async def transaction(self, key: str, commands: tuple[tuple[str | bytes | int, ...], ...]) -> Any:
+        """`commands` (of `key`'s slot) in one MULTI ... EXEC on the node holding it, as
+        `RedisWire.transaction`; a slot moved or migrating comes back as its ReplyError (MOVED,
+        ASK), for the caller to take the way that follows redirections (a script)."""
+        if self._stale or not self._slots:
+            await self._refresh()
+        try:
+            reply = await self._node(self._slots[_slot(key)]).transaction(key, commands)
+        except Exception:
+            self._stale = True  # a failover may have moved its slots
+            raise
+        if isinstance(reply, ReplyError) and str(reply).startswith("MOVED "):
+            self._stale = True
+        return reply
+
     async def _routed(self, key: str | bytes | int | None, command: tuple[str | bytes | int, ...]) -> Any:
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + self._timeout_s

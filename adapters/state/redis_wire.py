@@ -121,6 +121,29 @@ class RedisWire:
         """Run a script (EVALSHA, then EVAL if Redis does not know it); an error reply raises."""
         return await run_script(self.call, self.describe, script, keys, args)
 
+    async def transaction(self, key: str, commands: tuple[tuple[str | bytes | int, ...], ...]) -> Any:
+        """`commands` in one MULTI ... EXEC, run atomically: the list of their replies, or the
+        ReplyError of one that could not be queued (then none ran). `key` is one of their keys
+        (a cluster sends the transaction to its node). Cheaper for Redis than a script that
+        reads as much: no reply goes through Lua."""
+        connection = self._connection
+        if connection is None or connection.broken:
+            connection = await self._connected()
+        multi = connection.send(_pack(("MULTI",)))
+        queued = [connection.send(_pack(command)) for command in commands]
+        try:
+            reply = await connection.send(_pack(("EXEC",)))
+        except StateStoreUnavailable:
+            for future in (multi, *queued):  # failed with it: retrieved, so nothing logs them
+                if future.done():
+                    future.exception()
+            raise
+        for future in (multi, *queued):
+            answer = future.result()
+            if isinstance(answer, ReplyError):
+                return answer
+        return reply
+
     async def _connected(self) -> _Connection:
         async with self._connect_lock:
             connection = self._connection

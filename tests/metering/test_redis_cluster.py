@@ -4,6 +4,7 @@ right while that slot migrates to another node (ASK) and after it has moved (MOV
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from adapters.state.redis import RedisStore
 from adapters.state.redis_cluster import RedisClusterWire
 from gateway.metering.records import BudgetCharge, ReserveRequest, Settlement
+from gateway.sessions.records import SessionUpdate
 from tests.metering.redis_cluster import Cluster
 
 FAR = 4_102_444_800
@@ -93,3 +95,40 @@ def test_a_cluster_is_reached_over_tcp_on_database_0() -> None:
         RedisClusterWire("unix:///tmp/redis.sock", 1.0)
     with pytest.raises(ValueError, match="database 0"):
         RedisClusterWire("redis://127.0.0.1:7000/3", 1.0)
+
+
+async def test_a_session_record_is_read_while_its_slot_migrates_and_after_it_moved(cluster: Cluster) -> None:
+    """Admission reads a record in one transaction of plain commands; a slot migrating (ASK)
+    or moved (MOVED) answers it with an error, and the read is made the way that follows
+    redirections instead."""
+    prefix = f"tgc-{uuid.uuid4().hex[:8]}"
+    tenant = f"mover-{uuid.uuid4().hex[:6]}"
+    store = RedisStore(cluster.url, prefix, timeout_s=3.0, cluster=True)
+    stale = RedisStore(cluster.url, prefix, timeout_s=3.0, cluster=True)  # its map made before the move
+    turn = SessionUpdate(tenant, "s1", 1, 100, 40, 10, 500, "chat", "local", 0, "", ("d1", "d2"), 1, 600)
+    try:
+        await store.update_session(turn)
+        assert (await store.session(tenant, "s1", decisions=False)) is not None
+        assert (await stale.session(tenant, "s1", decisions=False)) is not None
+        source = cluster.owner(tenant)
+        target = next(port for port in cluster.ports if port != source)
+        cluster.start_migration(tenant, source, target)
+        # The source answers ASK; the script, its keys split between the nodes (TRYAGAIN),
+        # waits for the migration to end, then follows the slot (MOVED).
+        during = asyncio.create_task(store.session(tenant, "s1", decisions=False))
+        await asyncio.sleep(0.2)
+        cluster.finish_migration(tenant, target)
+        after = await store.session(tenant, "s1", decisions=False)
+        moved = cluster.moved_errors(source)
+        told = await stale.session(tenant, "s1", decisions=False)  # MOVED, then the script
+        assert cluster.moved_errors(source) > moved
+        whole = await store.session(tenant, "s1")
+        assert whole is not None
+        assert whole.decision_ids == ("d2",)
+        assert whole.decisions_dropped == 1
+        for light in (await asyncio.wait_for(during, 5), after, told):
+            assert light == dataclasses.replace(whole, decision_ids=())
+        assert cluster.owner(tenant) == target
+    finally:
+        await store.aclose()
+        await stale.aclose()
