@@ -106,6 +106,38 @@ async def test_a_script_error_raises_unavailable(wire: RedisWire) -> None:
     assert await wire.call("PING") == b"PONG"
 
 
+async def test_a_transaction_gives_its_commands_replies_among_other_callers(wire: RedisWire) -> None:
+    key = f"tgw:{uuid.uuid4().hex}"
+    others = [wire.call("ECHO", str(n)) for n in range(50)]
+    reply = await wire.transaction(key, (("SET", key, "1"), ("INCR", key), ("GET", key)))
+    assert reply == [b"OK", 2, b"2"]
+    assert await asyncio.gather(*others) == [str(n).encode() for n in range(50)]
+    await wire.call("DEL", key)
+
+
+async def test_a_transaction_a_command_of_which_cannot_be_queued_runs_nothing(wire: RedisWire) -> None:
+    key = f"tgw:{uuid.uuid4().hex}"
+    reply = await wire.transaction(key, (("SET", key, "1"), ("NOSUCHCOMMAND",)))
+    assert isinstance(reply, ReplyError)
+    assert await wire.call("EXISTS", key) == 0
+    assert await wire.call("PING") == b"PONG"
+
+
+async def test_a_transaction_whose_connection_drops_is_unavailable_and_leaves_nothing_behind() -> None:
+    async def handler(connection: int, command: list[bytes]) -> bytes | None:
+        if connection == 1 and command[0] == b"EXEC":
+            return b""
+        return b"+QUEUED\r\n" if command[0] == b"GET" else b"+OK\r\n"
+
+    async with FakeRedis(handler) as fake:
+        wire = RedisWire(fake.url, 1.0)
+        with pytest.raises(StateStoreUnavailable):
+            await wire.transaction("k", (("GET", "k"),))
+        assert await wire.call("PING") == b"OK"
+        assert fake.connections == 2
+        await wire.aclose()
+
+
 async def test_no_reply_within_the_timeout_fails_every_waiting_command_then_a_new_connection_serves() -> None:
     async def handler(connection: int, command: list[bytes]) -> bytes | None:
         return None if connection == 1 else b"+PONG\r\n"
