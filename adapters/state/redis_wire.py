@@ -129,16 +129,15 @@ class RedisWire:
         connection = self._connection
         if connection is None or connection.broken:
             connection = await self._connected()
-        multi = connection.send(_pack(("MULTI",)))
-        queued = [connection.send(_pack(command)) for command in commands]
+        *queued, done = connection.send_all([_MULTI, *(_pack(c) for c in commands), _EXEC])
         try:
-            reply = await connection.send(_pack(("EXEC",)))
+            reply = await done
         except StateStoreUnavailable:
-            for future in (multi, *queued):  # failed with it: retrieved, so nothing logs them
+            for future in queued:  # failed with it: retrieved, so nothing logs them
                 if future.done():
                     future.exception()
             raise
-        for future in (multi, *queued):
+        for future in queued:  # MULTI's OK, then each command's QUEUED or why not
             answer = future.result()
             if isinstance(answer, ReplyError):
                 return answer
@@ -232,9 +231,27 @@ class _Connection(asyncio.Protocol):
             return future
         pending = self._pending
         pending.append((future, self._loop.time()))
+        self._write(command, len(pending) == 1)
+        return future
+
+    def send_all(self, commands: list[bytes]) -> list[asyncio.Future[Any]]:
+        """The futures of `commands`' replies, the commands written together (a lone
+        transaction costs one system call, not one for its first command and one for the rest)."""
+        futures = [self._loop.create_future() for _ in commands]
+        if self.broken:
+            for future in futures:
+                future.set_exception(unavailable(self._describe, ConnectionError("connection lost")))
+            return futures
+        now, pending = self._loop.time(), self._pending
+        alone = not pending
+        pending.extend((future, now) for future in futures)
+        self._write(b"".join(commands), alone)
+        return futures
+
+    def _write(self, command: bytes, alone: bool) -> None:
         if self._queued:  # a flush is due at the end of this turn: join it
             self._queued.append(command)
-        elif len(pending) > 1:  # others are in flight: gather this turn's commands in one write
+        elif not alone:  # others are in flight: gather this turn's commands in one write
             self._queued.append(command)
             self._loop.call_soon(self._flush)
         else:  # nothing in flight: at once
@@ -242,7 +259,6 @@ class _Connection(asyncio.Protocol):
             self._transport.write(command)
         if self._timer is None:
             self._timer = self._loop.call_at(self._loop.time() + self._timeout_s, self._check_timeout)
-        return future
 
     def _flush(self) -> None:
         queued, self._queued = self._queued, []
@@ -301,6 +317,9 @@ def _pack(command: tuple[str | bytes | int, ...]) -> bytes:
     # hiredis's stub types the argument as a one-element tuple; it takes any number.
     packed: bytes = hiredis.pack_command(cast(Any, command))
     return packed
+
+
+_MULTI, _EXEC = _pack(("MULTI",)), _pack(("EXEC",))
 
 
 def _optional_str(value: object) -> str | None:
