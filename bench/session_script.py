@@ -6,15 +6,15 @@ A settle batch records its sessions' turns inside the lease script (`redis_lease
 `redis_sessions.APPLY`); the record is read at admission, through each worker's record cache,
 so a session's turns come between two reads one at a time (an agent's turns, seconds apart:
 every turn reads) or many (a busy session whose worker's cache is fresh). This runs the
-update script (`redis_sessions.update_script`, U updates a call, as a batch's) and the
-read admission makes (`redis_sessions.light_read`, or in older revisions `GET` without the
-decision ids) on a
-redis-server of its own, for 64 sessions turn after turn (the decision-id list full and
-trimmed, as in a long session), each session's record read once every R of its turns; then
-for S sessions whose turns each come more than a second after the last, each read at
-admission (an agent's turns). It reads Redis's own time for both scripts (`INFO
-commandstats`): the figure does not depend on the client or on the machine's other work the
-way wall-clock figures do.
+update script (`redis_sessions.update_script`, U updates a call, as a batch's) and the read
+admission makes (`redis_sessions.light_read`, or in older revisions `GET` without the
+decision ids) on a redis-server of its own: for 64 sessions turn after turn (the
+decision-id list full and trimmed, as in a long session), each session's record read once
+every R of its turns; for S sessions whose turns each come more than a second after the
+last, each read at admission (an agent's turns); then a read alone, by the record's script
+and as admission makes it. It reads Redis's own time for all of it (`INFO commandstats`):
+the figure does not depend on the client or on the machine's other work the way wall-clock
+figures do.
 
 It uses only what every revision since the updates went as one JSON argument has
 (`update_script`, `GET`, `keys`, `encoded`), so the same file run from an older checkout
@@ -115,6 +115,30 @@ def measure_agents(client: redis.Redis, sessions: int, per_call: int) -> float:
     return _usec(client) / sessions
 
 
+def measure_reads(client: redis.Redis, reads: int) -> dict[str, float]:
+    """Redis's µs per read of a long session's record without its decision ids: by the
+    record's script, and as admission reads it (where the revision has `light_read`)."""
+    update = client.script_load(redis_sessions.update_script(PRELUDE))
+    get = client.script_load(redis_sessions.GET)
+    base = "tgbench:{t}:"
+    client.flushdb()
+    for turn in range(80):  # the decision-id list full and trimmed
+        batch = [_update(session, turn) for session in range(SESSIONS)]
+        client.evalsha(update, 1, base + "sx", base, redis_sessions.encoded(batch))
+    out = {}
+    client.config_resetstat()
+    for n in range(reads):
+        keys = redis_sessions.keys(base, f"{n % SESSIONS:032x}")
+        client.evalsha(get, len(keys), *keys, 0)
+    out["the record's script"] = _usec(client) / reads
+    if hasattr(redis_sessions, "light_read"):
+        client.config_resetstat()
+        for n in range(reads):
+            _read(client, get, base, n % SESSIONS)
+        out["MULTI/EXEC of plain commands (admission's)"] = _usec(client) / reads
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=3000, help="update script calls per variant")
@@ -128,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             client = redis.Redis(host=harness.HOST, port=port)
             figures = {every: measure(client, args.calls, args.per_call, every) for every in READS_EVERY}
             agents = measure_agents(client, args.agents, args.per_call)
+            reads = measure_reads(client, args.calls)
         finally:
             procs.stop_all()
     print(f"| a session's record read | Redis µs per turn, updates ({args.per_call} a call) and reads |")
@@ -135,9 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     for every, value in figures.items():
         when = "never" if every == 0 else "every turn" if every == 1 else f"once every {every} turns"
         print(f"| {SESSIONS} sessions turn after turn, read {when} | {value:.1f} |")
-    print(
-        f"| {args.agents} sessions, each turn over a second after the last, read every turn | {agents:.1f} |"
-    )
+    agents_case = f"{args.agents} sessions, each turn over a second after the last, read every turn"
+    print(f"| {agents_case} | {agents:.1f} |")
+    print()
+    print("| a record's read without its decision ids | Redis µs per read |")
+    print("|---|---|")
+    for way, value in reads.items():
+        print(f"| {way} | {value:.1f} |")
     return 0
 
 
