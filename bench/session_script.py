@@ -60,14 +60,20 @@ def _update(session: int, turn: int) -> SessionUpdate:
     )
 
 
+def _script_read(client: redis.Redis, get: str, base: str, session: int) -> None:
+    """The record's script without the decision ids."""
+    keys = redis_sessions.keys(base, f"{session:032x}")
+    client.evalsha(get, len(keys), *keys, 0)
+
+
 def _read(client: redis.Redis, get: str, base: str, session: int) -> None:
     """A read as admission makes it: a transaction of plain commands where the revision has
     one (`light_read`), else the record's script without the decision ids."""
-    keys = redis_sessions.keys(base, f"{session:032x}")
     light_read = getattr(redis_sessions, "light_read", None)
     if light_read is None:
-        client.evalsha(get, len(keys), *keys, 0)
+        _script_read(client, get, base, session)
         return
+    keys = redis_sessions.keys(base, f"{session:032x}")
     pipe = client.pipeline(transaction=True)
     for command in light_read(keys):
         pipe.execute_command(*command)
@@ -128,8 +134,7 @@ def measure_reads(client: redis.Redis, reads: int) -> dict[str, float]:
     out = {}
     client.config_resetstat()
     for n in range(reads):
-        keys = redis_sessions.keys(base, f"{n % SESSIONS:032x}")
-        client.evalsha(get, len(keys), *keys, 0)
+        _script_read(client, get, base, n % SESSIONS)
     out["the record's script"] = _usec(client) / reads
     if hasattr(redis_sessions, "light_read"):
         client.config_resetstat()
