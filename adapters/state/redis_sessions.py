@@ -1,14 +1,22 @@
 """The Redis store's session records, in the tenant's hash slot like its budgets.
 
-Keys: `s:<session>` hash {f first seen us, l last seen us, t turns, i/c/o input, cached and
-output tokens, u cost micros, fi/li first and last turn's input, g last growth, m/up/r last
-model alias, upstream, replica, w workflow, dd decision ids dropped, due, dt due turn, k 1 once
-`sc` holds a checkpoint, x when the keys expire (ms), dk how many decision ids are listed};
-`sd:<session>` list of decision ids (newest last: the newest `dk` are listed, older ones
-counted with `dd`); `sc:<session>` list of checkpoints (JSON); `sx` zset of the tenant's
-sessions by last seen (ms), for the operators' listing. All expire together, between the
-session's idle time and 1/64 more after its last turn: renewing an expiry is a call of its
-own, so it is renewed once per 1/64 of the idle time, not every turn.
+Keys: `sr:<session>` the record, one string: a MessagePack array of 20 values (`_values`: first
+and last seen us, turns, input, cached and output tokens, cost micros, first and last turn's
+input, last growth, last model alias, upstream, replica, workflow, decision ids dropped, due,
+due turn, 1 once `sc` holds a checkpoint, when the keys expire (ms), how many decision ids are
+listed); `sd:<session>` list of decision ids (newest last: the newest of the record's count
+are listed, older ones counted as dropped); `sc:<session>` list of checkpoints (JSON); `sx`
+zset of the tenant's sessions by last seen (ms), for the operators' listing. All expire
+together, between the session's idle time and 1/64 more after its last turn: the record is
+written with its expiry every turn; renewing a list's expiry is a call of its own, so it is
+renewed once per 1/64 of the idle time, not every turn.
+
+A record written by an earlier version is a hash of the same values (`s:<session>`, fields
+f, l, t, i, c, o, u, fi, li, g, m, up, r, w, dd, due, dt, k, x, dk): readers read it while
+there is no `sr`, and the next update goes on from it in `sr`. The hash is left to expire
+(an earlier version's replica, during a rolling upgrade, would take its removal for an
+expired record and empty the session's lists); turns such a replica serves once `sr` exists
+are not counted in it.
 
 The update rides on the settle script (`settle_with_session`): the tenant's index key, its
 key base and the update (one JSON argument, `encoded`) are appended to the settle's keys and
@@ -26,99 +34,113 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import msgpack
 import orjson
 
 from gateway.sessions.records import Checkpoint, SessionRecord, SessionUpdate
 
-# K: {s, sd, sc}; A: the update of one session, one turn or several folded into one (`folded`),
-# decoded from JSON (its numbers Lua numbers, written back with '%d'):
-# {session, turns, input, cached, output, cost (sums), first, previous and last served turn's
-# input, model, upstream, replica (the last served turn's), workflow (the last given), decision
-# ids (space-separated, in order), max decisions, idle ms, due (the last given), the turns up
-# to and with the one that gave it, checkpoints (JSON, newline-separated, in order), max
-# checkpoints}.
-# `apply_session` updates the record with one read and one write of its hash (the counters
-# are summed here: they stay below 2^53, exact in Lua's doubles) and one push of its decision
-# ids, the other calls made only once in many turns (trimming the ids, renewing expiries);
-# the checkpoints' list is touched only when the record has one (its hash's `k`), then
-# `index_sessions` puts the sessions of one call in the tenant's index `sx` at once (one ZADD,
-# one trim). Redis's time goes as much to the Lua around the calls as to the calls, so the
-# script does little else: the counters written in one table, text turned to numbers by
-# arithmetic, `now` formatted once a call.
+# K: {sr, sd, sc, s (a record an earlier version kept as a hash)}; A: the update of one
+# session, one turn or several folded into one (`folded`), decoded from JSON (its numbers Lua
+# numbers): {session, turns, input, cached, output, cost (sums), first, previous and last
+# served turn's input, model, upstream, replica (the last served turn's), workflow (the last
+# given), decision ids (space-separated, in order), max decisions, idle ms, due (the last
+# given), the turns up to and with the one that gave it, checkpoints (JSON, newline-separated,
+# in order), max checkpoints}.
+# `apply_session` reads the record (one GET, one unpack), updates it in place and writes it
+# back with its expiry (one SET), and pushes its decision ids; the other calls are made only
+# once in many turns (trimming the ids, renewing the lists' expiries), and the checkpoints'
+# list is touched only when the record says it has one (its k). `index_sessions` then puts the
+# sessions of one call in the tenant's index `sx` at once (one ZADD, one trim). A hash of 20
+# fields cost Redis a field's work twenty times on every read and write; one packed value is
+# one string (`python -m bench.session_script`).
 APPLY = """
-local now_text, fmt = n(now), string.format
-local function put(h, field, value) local k = #h; h[k + 1] = field; h[k + 2] = value end
+local fmt = string.format
+-- A record an earlier version kept as a hash (key `s`), as the array. The hash is left to
+-- expire: a replica of that version, still serving during a rolling upgrade, would take its
+-- removal for an expired record and empty the session's lists.
+local function from_hash(s)
+  local f = redis.call('HGETALL', s)
+  if #f == 0 then return nil end
+  local h = {}
+  for i = 1, #f, 2 do h[f[i]] = f[i + 1] end
+  local function num(name) return tonumber(h[name]) or 0 end
+  return {num('f'), num('l'), num('t'), num('i'), num('c'), num('o'), num('u'), num('fi'),
+    num('li'), num('g'), h.m or '', h.up or '', num('r'), h.w or '', num('dd'), h.due or '',
+    num('dt'), num('k'), num('x'), num('dk')}
+end
 local function apply_session(K, A)
   local s = K[1]
-  local r = redis.call('HMGET', s, 'f', 't', 'i', 'c', 'o', 'u', 'li', 'dd', 'k', 'x', 'dk')
-  local turn = A[2]
-  local turns = tonumber(r[2]) or 0
-  -- The counters are sums of integers (the strings coerced), exact in doubles; '%d' writes
-  -- them without an exponent.
-  local h = {'l', now_text, 't', fmt('%d', turns + turn),
-    'i', fmt('%d', (r[3] or 0) + A[3]), 'c', fmt('%d', (r[4] or 0) + A[4]),
-    'o', fmt('%d', (r[5] or 0) + A[5]), 'u', fmt('%d', (r[6] or 0) + A[6])}
-  if not r[1] then
-    redis.call('DEL', K[2], K[3])
-    r = {false, '0', '0', '0', '0', '0', '0', '0', '0', false, false}
-    for _, v in ipairs({'f', now_text, 'fi', 0, 'li', 0, 'g', 0, 'm', '', 'up', '', 'r', 0, 'w', '',
-      'dd', 0, 'due', '', 'dt', 0, 'k', 0}) do h[#h + 1] = v end
-  end
-  if turn > 0 then
-    if turns == 0 then put(h, 'fi', fmt('%d', A[7])) end
-    if turn > 1 then
-      put(h, 'g', fmt('%d', A[9] - A[8]))
-    elseif turns == 0 then
-      put(h, 'g', 0)
-    else
-      put(h, 'g', fmt('%d', A[9] - r[7]))
+  local raw = redis.call('GET', s)
+  local R
+  if raw then
+    R = cmsgpack.unpack(raw)
+  else
+    R = from_hash(K[4])
+    if not R then
+      redis.call('DEL', K[2], K[3])  -- an expired record's lists, should any outlive it
+      R = {now, 0, 0, 0, 0, 0, 0, 0, 0, 0, '', '', 0, '', 0, '', 0, 0, 0, 0}
     end
-    put(h, 'li', fmt('%d', A[9]))
   end
-  if A[10] ~= '' then
-    put(h, 'm', A[10]); put(h, 'up', A[11]); put(h, 'r', fmt('%d', A[12]))
+  local turn = A[2]
+  local turns = R[3]
+  -- Counters are sums of integers, exact in Lua's doubles below 2^53; cmsgpack packs an
+  -- integral number as an integer.
+  R[2] = now; R[3] = turns + turn
+  R[4] = R[4] + A[3]; R[5] = R[5] + A[4]; R[6] = R[6] + A[5]; R[7] = R[7] + A[6]
+  if turn > 0 then
+    if turns == 0 then R[8] = A[7] end
+    if turn > 1 then
+      R[10] = A[9] - A[8]
+    elseif turns == 0 then
+      R[10] = 0
+    else
+      R[10] = A[9] - R[9]
+    end
+    R[9] = A[9]
   end
-  if A[13] ~= '' then put(h, 'w', A[13]) end
-  -- The keys live until `x` (ms): renewed to idle + idle/64 whenever what is left falls below
-  -- the idle time (or exceeds the longest it may be, after a reload shortened it), so a record
-  -- expires between idle and idle * 65/64 after its last turn, renewed once per idle/64.
+  if A[10] ~= '' then R[11] = A[10]; R[12] = A[11]; R[13] = A[12] end
+  if A[13] ~= '' then R[14] = A[13] end
+  -- The keys live until R[19] (ms): renewed to idle + idle/64 whenever what is left falls
+  -- below the idle time (or exceeds the longest it may be, after a reload shortened it), so a
+  -- record expires between idle and idle * 65/64 after its last turn. The record itself is
+  -- written with its expiry every turn (SET ... PX); its lists' expiries are renewed once per
+  -- idle/64.
   local ms = math.floor(now / 1000)
   local idle = A[16]
   local slack = math.floor(idle / 64)
-  local left = tonumber(r[10] or '0') - ms
+  local left = R[19] - ms
   local renew = left < idle or left > idle + slack
-  if renew then left = idle + slack; put(h, 'x', fmt('%d', ms + left)) end
+  if renew then left = idle + slack; R[19] = ms + left end
   if A[14] ~= '' then
     local ids = {}
     for id in string.gmatch(A[14], '%S+') do ids[#ids + 1] = id end
     local len = #ids > 0 and redis.call('RPUSH', K[2], unpack(ids)) or 0
     if len == #ids and len > 0 and not renew then redis.call('PEXPIRE', K[2], fmt('%d', left)) end
-    -- The list keeps up to a quarter more than the ids listed (`dk`, the newest): trimmed
-    -- once per that many turns; readers list the newest `dk` and count the rest as dropped.
+    -- The list keeps up to a quarter more than the ids listed (R[20], the newest): trimmed
+    -- once per that many turns; readers list the newest R[20] and count the rest as dropped.
     local keep = A[15]
-    if tonumber(r[11]) ~= keep then put(h, 'dk', fmt('%d', keep)) end
+    R[20] = keep
     if len > keep + math.max(8, math.floor(keep / 4)) then
       redis.call('LTRIM', K[2], fmt('%d', -keep), -1)
-      put(h, 'dd', fmt('%d', r[8] + len - keep))
+      R[15] = R[15] + len - keep
     end
   end
-  if A[17] ~= '' then put(h, 'due', A[17]); put(h, 'dt', fmt('%d', turns + A[18])) end
-  local checkpoints = r[9] ~= '0'
+  if A[17] ~= '' then R[16] = A[17]; R[17] = turns + A[18] end
+  local checkpoints = R[18] ~= 0
   if A[19] ~= '' then
     local rows = {}
     for row in string.gmatch(A[19], '[^\\n]+') do rows[#rows + 1] = row end
     redis.call('RPUSH', K[3], unpack(rows))
     redis.call('LTRIM', K[3], fmt('%d', -A[20]), -1)
     if not checkpoints then
-      put(h, 'k', 1)
+      R[18] = 1
       if not renew then redis.call('PEXPIRE', K[3], fmt('%d', left)) end
     end
     checkpoints = true
   end
-  redis.call('HSET', s, unpack(h))
+  left = fmt('%d', left)
+  redis.call('SET', s, cmsgpack.pack(R), 'PX', left)
   if renew then
-    left = fmt('%d', left)
-    redis.call('PEXPIRE', s, left)
     redis.call('PEXPIRE', K[2], left)
     if checkpoints then redis.call('PEXPIRE', K[3], left) end
   end
@@ -144,7 +166,7 @@ local function apply_sessions(base, sx, encoded)
   local updates = cjson.decode(encoded)
   for _, A in ipairs(updates) do
     local id = A[1]
-    apply_session({base .. 's:' .. id, base .. 'sd:' .. id, base .. 'sc:' .. id}, A)
+    apply_session({base .. 'sr:' .. id, base .. 'sd:' .. id, base .. 'sc:' .. id, base .. 's:' .. id}, A)
   end
   index_sessions(sx, updates)
 end
@@ -181,14 +203,25 @@ def update_script(prelude: str) -> str:
     return prelude + APPLY + "apply_sessions(ARGV[1], KEYS[1], ARGV[2])\nreturn 1\n"
 
 
-# The newest `dk` decision ids of a record (its list keeps a few more: `apply_session`), and
-# how many older ones the list still holds (dropped, for the record: added to its `dd`).
+# The record as a reader finds it: its packed value, else (a record an earlier version kept as a
+# hash) the hash's fields; and how many decision ids it lists (the newest; its list keeps a
+# few more: `apply_session`), with its list's ids: the listed ones when asked for, and how
+# many older ones the list still holds (dropped, for the record: added to its dropped count).
 LISTED_IDS = """
-local function listed_ids(fields, sd, listed)
-  local keep
-  for i = 1, #fields, 2 do
-    if fields[i] == 'dk' then keep = tonumber(fields[i + 1]) end
+local function found(sr, s)
+  local raw = redis.call('GET', sr)
+  if raw then
+    local keep = cmsgpack.unpack(raw)[20]
+    return raw, keep ~= 0 and keep or nil
   end
+  local fields = redis.call('HGETALL', s)
+  if #fields == 0 then return nil, nil end
+  for i = 1, #fields, 2 do
+    if fields[i] == 'dk' then return fields, tonumber(fields[i + 1]) end
+  end
+  return fields, nil
+end
+local function listed_ids(keep, sd, listed)
   local len = redis.call('LLEN', sd)
   local over = (keep ~= nil and len > keep) and len - keep or 0
   if not listed then return {}, over end
@@ -197,36 +230,35 @@ local function listed_ids(fields, sd, listed)
 end
 """
 
-# KEYS: s, sd, sc; ARGV: 1 to list the decision ids, 0 not to (they are counted either way).
-# Returns {} or {hash fields, decision ids (none when not asked for), checkpoints, ids
-# dropped beyond `dd`}.
+# KEYS: sr, sd, sc, s; ARGV: 1 to list the decision ids, 0 not to (they are counted either way).
+# Returns {} or {the record (packed, or a hash's fields), decision ids (none when not asked
+# for), checkpoints, ids dropped beyond the record's count}.
 GET = (
     LISTED_IDS
     + """
-local fields = redis.call('HGETALL', KEYS[1])
-if #fields == 0 then return {} end
-local ids, over = listed_ids(fields, KEYS[2], ARGV[1] == '1')
-return {fields, ids, redis.call('LRANGE', KEYS[3], 0, -1), over}
+local data, keep = found(KEYS[1], KEYS[4])
+if not data then return {} end
+local ids, over = listed_ids(keep, KEYS[2], ARGV[1] == '1')
+return {data, ids, redis.call('LRANGE', KEYS[3], 0, -1), over}
 """
 )
 
-# KEYS: sx. ARGV: key base, most. Returns {session, fields, decision ids, checkpoints, ids
-# dropped beyond `dd`, ...} for the `most` sessions seen last, forgetting index entries whose
-# record has expired.
+# KEYS: sx. ARGV: key base, most. Returns {session, record, decision ids, checkpoints, ids
+# dropped beyond the record's count, ...} for the `most` sessions seen last, forgetting index
+# entries whose record has expired.
 LIST = (
     LISTED_IDS
     + """
 local members = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
 local out = {}
 for _, m in ipairs(members) do
-  local s = ARGV[1] .. 's:' .. m
-  local fields = redis.call('HGETALL', s)
-  if #fields == 0 then
+  local data, keep = found(ARGV[1] .. 'sr:' .. m, ARGV[1] .. 's:' .. m)
+  if not data then
     redis.call('ZREM', KEYS[1], m)
   else
-    local ids, over = listed_ids(fields, ARGV[1] .. 'sd:' .. m, true)
+    local ids, over = listed_ids(keep, ARGV[1] .. 'sd:' .. m, true)
     out[#out + 1] = m
-    out[#out + 1] = fields
+    out[#out + 1] = data
     out[#out + 1] = ids
     out[#out + 1] = redis.call('LRANGE', ARGV[1] .. 'sc:' .. m, 0, -1)
     out[#out + 1] = over
@@ -237,34 +269,33 @@ return out
 )
 
 
-def light_read(keys: tuple[str, str, str]) -> tuple[tuple[str, ...], ...]:
+def light_read(keys: tuple[str, str, str, str]) -> tuple[tuple[str, ...], ...]:
     """The commands of a record's read without its decision ids (`GET` with 0, as plain
-    commands in one transaction: the hash, how many ids its list holds, the checkpoints).
-    A script reading as much costs Redis about three times as much: every field of the
-    hash goes through Lua and back."""
-    s, sd, sc = keys
-    return (("HGETALL", s), ("LLEN", sd), ("LRANGE", sc, "0", "-1"))
+    commands in one transaction: the record, an earlier version's hash of it (empty once the
+    record was written since), how many ids its list holds, the checkpoints). A script
+    reading as much costs Redis more: what it returns goes through Lua and back."""
+    sr, sd, sc, s = keys
+    return (("GET", sr), ("HGETALL", s), ("LLEN", sd), ("LRANGE", sc, "0", "-1"))
 
 
 def light_record(tenant: str, session: str, reply: list[Any]) -> SessionRecord | None:
     """The record `light_read` read (None when there is none): the ids its list holds past
-    the newest `dk` are counted as dropped, as `listed_ids` counts them."""
-    fields, held, checkpoints = reply
-    if not fields:
+    the newest it lists are counted as dropped, as `listed_ids` counts them."""
+    packed, fields, held, checkpoints = reply
+    data = packed if packed is not None else fields
+    if not data:
         return None
-    listed = None
-    for name, value in zip(fields[::2], fields[1::2], strict=True):
-        if name == b"dk":
-            listed = int(value)
-            break
-    over = held - listed if listed is not None and held > listed else 0
-    return record(tenant, session, fields, [], checkpoints, over)
+    values = _values(data)
+    listed = values[_DK]
+    over = held - listed if listed and held > listed else 0
+    return _record(tenant, session, values, [], checkpoints, over)
 
 
-def keys(base: str, session: str) -> tuple[str, str, str]:
-    """A record's keys: its hash, its decision ids, its checkpoints (the scripts that write
-    name them the same way, from the key base: `apply_sessions`)."""
-    return (base + "s:" + session, base + "sd:" + session, base + "sc:" + session)
+def keys(base: str, session: str) -> tuple[str, str, str, str]:
+    """A record's keys: the record, its decision ids, its checkpoints, and the hash an earlier
+    version kept the record in (the scripts that write name them the same way, from the key
+    base: `apply_sessions`)."""
+    return (base + "sr:" + session, base + "sd:" + session, base + "sc:" + session, base + "s:" + session)
 
 
 def encoded(updates: Iterable[SessionUpdate]) -> bytes:
@@ -374,48 +405,75 @@ class _Fold:
         ]
 
 
+# The packed record: an array of 20 values, in `apply_session`'s order
+# f first seen us, l last seen us, t turns, i/c/o input, cached and output tokens, u cost
+# micros, fi/li first and last turn's input, g last growth, m/up/r last model alias, upstream,
+# replica, w workflow, dd decision ids dropped, due, dt due turn, k 1 once `sc` holds a
+# checkpoint, x when the keys expire (ms), dk how many decision ids are listed
+_DK = 19  # the index of `dk`
+# An earlier version's hash: its fields, in the same order
+_HASH_FIELDS = tuple(b"f l t i c o u fi li g m up r w dd due dt k x dk".split())
+_TEXTS = frozenset((10, 11, 13, 15))  # m, up, w, due
+
+
+def _values(data: bytes | list[bytes]) -> list[Any]:
+    """The record's 20 values, from its packed form or an earlier version's hash fields."""
+    if isinstance(data, bytes):
+        return msgpack.unpackb(data)  # type: ignore[no-any-return]
+    fields = dict(zip(data[::2], data[1::2], strict=True))
+    values: list[Any] = []
+    for index, name in enumerate(_HASH_FIELDS):
+        value = fields.get(name)
+        if index in _TEXTS:
+            values.append(value.decode() if value else "")
+        else:
+            values.append(int(value) if value else 0)
+    return values
+
+
 def record(
     tenant: str,
     session: str,
-    fields: list[bytes],
+    data: bytes | list[bytes],
     decisions: list[bytes],
     checkpoints: list[bytes],
     over: int = 0,
 ) -> SessionRecord:
-    # Read for nearly every turn of a session whose cached copy is stale: the numbers are
-    # parsed from their bytes as they come, only the texts decoded.
-    f = dict(zip(fields[::2], fields[1::2], strict=True))
-    get = f.get
+    """The record a script returned (`GET`, `LIST`): packed, or an earlier version's hash."""
+    return _record(tenant, session, _values(data), decisions, checkpoints, over)
 
-    def num(name: bytes) -> int:
-        value = get(name)
-        return int(value) if value else 0
 
-    def text(name: bytes) -> str:
-        value = get(name)
-        return value.decode() if value else ""
-
+def _record(
+    tenant: str,
+    session: str,
+    values: list[Any],
+    decisions: list[bytes],
+    checkpoints: list[bytes],
+    over: int,
+) -> SessionRecord:
+    (first, last, turns, input_, cached, output, cost, first_input, last_input, growth) = values[:10]
+    (model, upstream, replica, workflow, dropped, due, due_turn) = values[10:17]
     return SessionRecord(
         tenant,
         session,
-        num(b"f"),
-        num(b"l"),
-        num(b"t"),
-        num(b"i"),
-        num(b"c"),
-        num(b"o"),
-        num(b"u"),
-        num(b"fi"),
-        num(b"li"),
-        num(b"g"),
-        text(b"m"),
-        text(b"up"),
-        num(b"r"),
-        text(b"w"),
+        first,
+        last,
+        turns,
+        input_,
+        cached,
+        output,
+        cost,
+        first_input,
+        last_input,
+        growth,
+        model,
+        upstream,
+        replica,
+        workflow,
         tuple(d.decode() for d in decisions),
-        num(b"dd") + over,
-        text(b"due"),
-        num(b"dt"),
+        dropped + over,
+        due,
+        due_turn,
         tuple(Checkpoint(*orjson.loads(c)) for c in checkpoints),
     )
 

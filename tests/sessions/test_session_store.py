@@ -195,7 +195,7 @@ async def test_every_key_of_a_redis_record_expires_with_it(redis_prefix: str) ->
         await store.update_session(update(idle_s=64, checkpoint=checkpoint))  # the checkpoints' list
         keys = list(client.scan_iter(match=f"{redis_prefix}:*"))
         lives = {key.decode().split("}:", 1)[1].split(":")[0]: client.pttl(key) for key in keys}
-        assert set(lives) == {"s", "sd", "sc", "sx"}, lives
+        assert set(lives) == {"sr", "sd", "sc", "sx"}, lives
         for life in lives.values():
             assert 64_000 < life <= 65_000
         assert max(lives.values()) - min(lives.values()) < 500
@@ -245,3 +245,61 @@ async def test_a_record_read_after_every_turn_is_the_one_read_once_at_the_end(st
     assert often.decisions_dropped == 5
     assert [c.turn for c in often.checkpoints] == [2, 4]  # trimmed only when one is added
     assert (often.due, often.due_turn) == ("every_turns 2", 2)
+
+
+async def test_a_record_an_earlier_version_kept_as_a_hash_is_read_then_converted(redis_prefix: str) -> None:
+    """A record written before records were packed (a hash, `s:<session>`) is read as it is,
+    by admission, by the record's script and by the listing; the next turn goes on from it in
+    the packed record, which readers take from then on (the hash, left to expire, no longer
+    counts)."""
+    store = RedisStore(REDIS_URL, redis_prefix)
+    client = redis.Redis.from_url(REDIS_URL)
+    base = f"{redis_prefix}:{{acme}}:"
+    expires = int(client.time()[0]) * 1000 + 600_000
+    try:
+        client.hset(
+            base + "s:old",
+            mapping={
+                "f": 1_000_000, "l": 2_000_000, "t": 3, "i": 300, "c": 120, "o": 30, "u": 1500,
+                "fi": 90, "li": 110, "g": 10, "m": "chat", "up": "local", "r": 1, "w": "triage",
+                "dd": 4, "due": "every_turns 3", "dt": 3, "k": 0, "x": expires, "dk": 2,
+            },
+        )  # fmt: skip
+        client.rpush(base + "sd:old", "d1", "d2", "d3")  # one more than listed: dropped
+        client.zadd(base + "sx", {"old": 2_000})
+        for key in ("s:old", "sd:old", "sx"):
+            client.pexpire(base + key, 600_000)
+        light = await store.session("acme", "old", decisions=False)
+        whole = await store.session("acme", "old")
+        (listed,) = await store.sessions(("acme",), "last_seen", 10)
+        assert whole is not None and light is not None
+        assert whole == listed
+        assert light == dataclasses.replace(whole, decision_ids=())
+        assert (whole.first_seen_us, whole.last_seen_us, whole.turns) == (1_000_000, 2_000_000, 3)
+        assert (whole.input_tokens, whole.cached_tokens, whole.output_tokens, whole.cost_micros) == (
+            300,
+            120,
+            30,
+            1500,
+        )
+        assert (whole.first_input, whole.last_input, whole.last_growth) == (90, 110, 10)
+        assert (whole.model, whole.upstream, whole.replica, whole.workflow) == ("chat", "local", 1, "triage")
+        assert (whole.decision_ids, whole.decisions_dropped) == (("d2", "d3"), 5)
+        assert (whole.due, whole.due_turn) == ("every_turns 3", 3)
+
+        await store.update_session(update("old", input_tokens=150, decision_ids=("d4",), max_decisions=2))
+        after = await store.session("acme", "old")
+        assert after is not None
+        assert (after.turns, after.input_tokens, after.cost_micros) == (4, 450, 2000)
+        assert (after.first_input, after.last_input, after.last_growth) == (90, 150, 40)
+        assert (after.decision_ids, after.decisions_dropped) == (("d3", "d4"), 6)
+        assert (after.due, after.due_turn) == ("every_turns 3", 3)
+        assert client.type(base + "sr:old") == b"string"
+        client.hset(base + "s:old", mapping={"t": 99, "i": 9999})  # an earlier version's replica
+        for read in (store.session("acme", "old"), store.session("acme", "old", decisions=False)):
+            again = await read
+            assert again is not None
+            assert (again.turns, again.input_tokens) == (4, 450)
+    finally:
+        client.close()
+        await store.aclose()
