@@ -271,8 +271,8 @@ return out
 
 def light_read(keys: tuple[str, str, str, str]) -> tuple[tuple[str, ...], ...]:
     """The commands of a record's read without its decision ids (`GET` with 0, as plain
-    commands in one transaction: the record, an earlier version's hash of it (empty once the
-    record was written since), how many ids its list holds, the checkpoints). A script
+    commands in one transaction: the record, an earlier version's hash of it (taken only when
+    there is no packed record), how many ids its list holds, the checkpoints). A script
     reading as much costs Redis more: what it returns goes through Lua and back."""
     sr, sd, sc, s = keys
     return (("GET", sr), ("HGETALL", s), ("LLEN", sd), ("LRANGE", sc, "0", "-1"))
@@ -405,14 +405,10 @@ class _Fold:
         ]
 
 
-# The packed record: an array of 20 values, in `apply_session`'s order
-# f first seen us, l last seen us, t turns, i/c/o input, cached and output tokens, u cost
-# micros, fi/li first and last turn's input, g last growth, m/up/r last model alias, upstream,
-# replica, w workflow, dd decision ids dropped, due, dt due turn, k 1 once `sc` holds a
-# checkpoint, x when the keys expire (ms), dk how many decision ids are listed
-_DK = 19  # the index of `dk`
-# An earlier version's hash: its fields, in the same order
+# The record's 20 values, in the order of the packed array (`apply_session`'s R) and named as
+# an earlier version's hash fields were (the module's docstring says what each is)
 _HASH_FIELDS = tuple(b"f l t i c o u fi li g m up r w dd due dt k x dk".split())
+_DK = 19  # `dk`, how many decision ids the record lists
 _TEXTS = frozenset((10, 11, 13, 15))  # m, up, w, due
 
 
