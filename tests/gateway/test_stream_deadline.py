@@ -80,7 +80,9 @@ async def test_a_cancellation_arriving_with_the_deadline_stays_a_cancellation() 
 
     task = asyncio.ensure_future(relay())
     loop = asyncio.get_running_loop()
-    loop.call_at(loop.time() + 0.05, task.cancel)  # the client leaves as the deadline passes
+    # The client leaves as the deadline passes: at the deadline timer's own time, so both fire in
+    # the same turn of the loop however late it wakes (a time of its own could fall a turn after)
+    loop.call_at(deadline._handle.when(), task.cancel)
     with pytest.raises(asyncio.CancelledError):
         await task
     deadline.close()
