@@ -4,15 +4,18 @@ redaction both ways, metrics, the access log), driven directly against the bench
 nginx, once with sessions off and once on; the CPU this process spends per request.
 
     python -m bench.sessions_inproc [--base REV] [--repeats R] [--requests N] [--rounds K]
+                                    [--sessions S]
 
-Every request names one of 64 sessions (`x-session-id`), as `python -m bench.sessions` sends
-them. Each measurement runs in a fresh process, 64 requests at once; the least of its rounds is
-kept (the machine's other work only ever adds to a round), and the variants alternate, so the
-difference between "on" and "off" is what sessions add: their stages, the session update on
-the settle (built, folded into the lease's batch, packed), the record reads through the
-worker's cache, their metrics and their fields in the access line and the decision log. What
-the HTTP server and Redis's own process spend is left out (`python -m bench.sessions` has
-both); this is the gateway's own share, with far less of the machine's noise.
+Every request names one of 64 sessions (`x-session-id`), or of `--sessions` (with 4,096 a
+session's turns come over a second apart and nearly each one reads its record, as an agent's
+do), as `python -m bench.sessions` sends them. Each measurement runs in a fresh process, 64
+requests at once; the least of its rounds is kept (the machine's other work only ever adds to
+a round), and the variants alternate, so the difference between "on" and "off" is what
+sessions add: their stages, the session update on the settle (built, folded into the lease's
+batch, packed), the record reads through the worker's cache, their metrics and their fields in
+the access line and the decision log. What the HTTP server and Redis's own process spend is
+left out (`python -m bench.sessions` has both); this is the gateway's own share, with far less
+of the machine's noise.
 """
 
 from __future__ import annotations
@@ -32,12 +35,11 @@ from typing import Any
 from bench.harness import CHAT_BODY
 
 CONCURRENCY = 64
-SESSIONS = 64
 CHAT = CHAT_BODY.encode()
 VARIANTS = ("off", "on")
 
 
-def child(port: int, variant: str, requests: int, rounds: int) -> None:
+def child(port: int, variant: str, requests: int, rounds: int, sessions_named: int) -> None:
     """In the tree on sys.path: the whole pipeline's app with sessions `variant`, then
     `rounds` rounds of `requests` requests; prints each round's CPU us per request as JSON."""
     import uvloop
@@ -85,13 +87,13 @@ def child(port: int, variant: str, requests: int, rounds: int) -> None:
         (b"authorization", f"Bearer {key}".encode()),
         (b"content-length", str(len(CHAT)).encode()),
     ]
-    sessions = [(b"x-session-id", b"bench-session-%d" % n) for n in range(SESSIONS)]
+    sessions = [(b"x-session-id", b"bench-session-%d" % n) for n in range(sessions_named)]
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
     scope |= {"query_string": b"", "http_version": "1.1", "scheme": "http"}
     sent = itertools.count()
 
     def scope_of() -> dict[str, Any]:
-        return {**scope, "headers": [*headers, sessions[next(sent) % SESSIONS]]}
+        return {**scope, "headers": [*headers, sessions[next(sent) % sessions_named]]}
 
     drive = runpy.run_path(str(Path(__file__).with_name("inproc.py")))["drive"]  # not the measured tree's
     try:
@@ -110,6 +112,7 @@ def measure(tree: Path, variant: str, port: int, args: argparse.Namespace) -> fl
     from bench.inproc import least_of_child  # here: a child imports its tree's `bench`, maybe without it
 
     argv = ["--child", "--variant", variant, "--port", str(port), "--requests", str(args.requests)]
+    argv += ["--sessions", str(args.sessions)]
     return least_of_child(tree, __file__, [*argv, "--rounds", str(args.rounds)])
 
 
@@ -134,12 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=4, help="fresh processes per variant, alternating")
     parser.add_argument("--requests", type=int, default=3200, help="requests per round")
     parser.add_argument("--rounds", type=int, default=4, help="rounds per process (the least is kept)")
+    parser.add_argument("--sessions", type=int, default=64, help="how many sessions the requests name")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.port, args.variant, args.requests, args.rounds)
+        child(args.port, args.variant, args.requests, args.rounds, args.sessions)
         return 0
     from bench.harness import machine_lock
 

@@ -311,8 +311,10 @@ class StateStore(Protocol):
 
     async def session(self, tenant: str, session: str, decisions: bool = True) -> SessionRecord | None:
         """The session's record, or None when there is none (or it expired). Without
-        `decisions`, its decision ids are left out (`decision_ids` empty): admission, which
-        reads a record for every turn whose cached copy is stale, has no use for them."""
+        `decisions`, its decision ids are left out (`decision_ids` empty, and
+        `decisions_dropped` may count only the ids the store has trimmed so far, not those it
+        still holds past the bound): admission, which reads a record for every turn whose
+        cached copy is stale, has no use for them."""
         ...
 
     async def sessions(self, tenants: tuple[str, ...], sort: str, limit: int) -> list[SessionRecord]:

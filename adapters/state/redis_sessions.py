@@ -270,12 +270,31 @@ return out
 
 
 def light_read(keys: tuple[str, str, str, str]) -> tuple[tuple[str, ...], ...]:
-    """The commands of a record's read without its decision ids (`GET` with 0, as plain
-    commands in one transaction: the record, an earlier version's hash of it (taken only when
-    there is no packed record), how many ids its list holds, the checkpoints). A script
-    reading as much costs Redis more: what it returns goes through Lua and back."""
+    """The commands of a record's read without its decision ids when `GET sr` found no
+    packed record (a new session, or one an earlier version kept as a hash), as plain
+    commands in one transaction: the record (it may have been written since), the hash
+    (taken only when there is no packed record), how many ids its list holds, the
+    checkpoints. A script reading as much costs Redis more: what it returns goes through Lua
+    and back."""
     sr, sd, sc, s = keys
     return (("GET", sr), ("HGETALL", s), ("LLEN", sd), ("LRANGE", sc, "0", "-1"))
+
+
+def unpacked(packed: bytes) -> list[Any]:
+    """A packed record's 20 values (`GET sr`, admission's read of a record that has one)."""
+    return msgpack.unpackb(packed)  # type: ignore[no-any-return]
+
+
+def holds_checkpoints(values: list[Any]) -> bool:
+    """Whether the record's checkpoints' list has any (its `k`): only then is it read."""
+    return bool(values[_K])
+
+
+def packed_record(tenant: str, session: str, values: list[Any], checkpoints: list[bytes]) -> SessionRecord:
+    """The record admission read as its packed value (and its checkpoints, when it holds
+    any), without its decision ids: their count is the ids trimmed so far (`dd`), not those
+    still listed past the newest `dk`, which only the decision ids' own read counts."""
+    return _record(tenant, session, values, [], checkpoints, 0)
 
 
 def light_record(tenant: str, session: str, reply: list[Any]) -> SessionRecord | None:
@@ -408,6 +427,7 @@ class _Fold:
 # The record's 20 values, in the order of the packed array (`apply_session`'s R) and named as
 # an earlier version's hash fields were (the module's docstring says what each is)
 _HASH_FIELDS = tuple(b"f l t i c o u fi li g m up r w dd due dt k x dk".split())
+_K = 17  # `k`, whether the record's checkpoints' list holds any
 _DK = 19  # `dk`, how many decision ids the record lists
 _TEXTS = frozenset((10, 11, 13, 15))  # m, up, w, due
 
@@ -415,7 +435,7 @@ _TEXTS = frozenset((10, 11, 13, 15))  # m, up, w, due
 def _values(data: bytes | list[bytes]) -> list[Any]:
     """The record's 20 values, from its packed form or an earlier version's hash fields."""
     if isinstance(data, bytes):
-        return msgpack.unpackb(data)  # type: ignore[no-any-return]
+        return unpacked(data)
     fields = dict(zip(data[::2], data[1::2], strict=True))
     values: list[Any] = []
     for index, name in enumerate(_HASH_FIELDS):

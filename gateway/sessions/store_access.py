@@ -47,7 +47,9 @@ class SessionStore:
         self._monotonic = monotonic
         self._cache: dict[tuple[str, str], _Entry] = {}
         self._made: dict[tuple[str, str], list[Checkpoint]] = {}
-        self._reading: InFlight[tuple[str, str], _Entry] = InFlight()  # admission reads under way
+        # Admission reads under way, made by the request that found the entry stale (no task:
+        # a read is cheap, and made on most turns of an agent's session)
+        self._reading: InFlight[tuple[str, str], _Entry] = InFlight(detached=False)
 
     async def store(self) -> StateStore:
         if self._store is None:
@@ -78,7 +80,8 @@ class SessionStore:
         One read per session at a time: the requests of a session that find its entry stale
         while it is being read wait for that read (a session's entries all expire together
         under load, and each request reading for itself multiplied the reads by the requests
-        in flight)."""
+        in flight). Should the request making the read go away (cancelled), one of those
+        waiting reads again."""
         (_, record, bands), _ = await self._reading.call(
             (tenant, session), lambda: self._entry(tenant, session, False)
         )

@@ -96,7 +96,9 @@ async def test_a_record_read_without_its_decision_ids_is_the_same_record_but_the
     assert whole is not None and light is not None
     assert len(whole.decision_ids) == 3
     assert light.decision_ids == ()
-    assert light == whole._replace(decision_ids=())
+    # The count of older ids may leave out those still held past the bound (Redis trims late)
+    assert light.decisions_dropped <= whole.decisions_dropped
+    assert light == whole._replace(decision_ids=(), decisions_dropped=light.decisions_dropped)
     assert await store.session("acme", "nobody", decisions=False) is None
 
 
