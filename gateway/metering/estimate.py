@@ -78,7 +78,8 @@ def generated_chars(choices: Any, part: str) -> int:
             text = message.get(name)
             if isinstance(text, str):
                 total += len(text)
-        for call in message.get("tool_calls") or ():
+        calls = message.get("tool_calls")  # an upstream's odd value (not a list) counts nothing
+        for call in calls if isinstance(calls, list) else ():
             function = call.get("function") if isinstance(call, dict) else None
             arguments = function.get("arguments") if isinstance(function, dict) else None
             if isinstance(arguments, str):

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gateway.chunk_shapes import TEXT_FIELDS
@@ -77,6 +77,7 @@ _choices = st.fixed_dictionaries(
 
 
 @given(st.lists(_choices, max_size=2), st.one_of(st.none(), _values))
+@example([{"index": 0, "delta": {"tool_calls": 1}}], None)  # an upstream's odd tool_calls: no crash
 def test_produced_text_counts_the_same_whichever_way(choices: list[dict[str, Any]], usage: Any) -> None:
     extra = {} if usage is None else {"usage": usage}
     exchange = Exchange("r", Endpoint.CHAT, 0.0, 60.0, {}, b"")
