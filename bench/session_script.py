@@ -10,12 +10,11 @@ update script (`redis_sessions.update_script`, U updates a call, as a batch's) a
 admission makes (a `GET` of the packed record; in older revisions `redis_sessions.light_read`,
 or the record's script without the decision ids) on a redis-server of its own: for 64
 sessions turn after turn (the decision-id list full and trimmed, as in a long session), each
-session's record read once
-every R of its turns; for S sessions whose turns each come more than a second after the
-last, each read at admission (an agent's turns); then a read alone, by the record's script
-and as admission makes it. It reads Redis's own time for all of it (`INFO commandstats`):
-the figure does not depend on the client or on the machine's other work the way wall-clock
-figures do.
+session's record read once every R of its turns; for S sessions whose turns each come more
+than a second after the last, each read at admission (an agent's turns); then a read alone,
+by the record's script and as admission makes it. It reads Redis's own time for all of it
+(`INFO commandstats`): the figure does not depend on the client or on the machine's other
+work the way wall-clock figures do.
 
 It uses only what every revision since the updates went as one JSON argument has
 (`update_script`, `GET`, `keys`, `encoded`), so the same file run from an older checkout

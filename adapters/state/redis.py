@@ -146,8 +146,8 @@ class RedisStore:
                 values = redis_sessions.unpacked(packed)
                 checkpoints: list[bytes] = []
                 if redis_sessions.holds_checkpoints(values):
-                    listed = await self._wire.call("LRANGE", keys[2], 0, -1)
-                    checkpoints = _checked(self._wire.describe, listed)
+                    held = await self._wire.call("LRANGE", keys[2], 0, -1)
+                    checkpoints = _checked(self._wire.describe, held)
                 return redis_sessions.packed_record(tenant, session, values, checkpoints)
             # No packed record: none at all, or an earlier version's hash of it
             reply = await self._wire.transaction(keys[0], redis_sessions.light_read(keys))
