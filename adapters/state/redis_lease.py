@@ -178,7 +178,7 @@ def lease_call(base: str, sync: LeaseSync) -> tuple[tuple[str, ...], tuple[str |
     keys += [base + "c:" + counter for counter in spent]
     keys += [base + "q:" + counter for counter in refunds]
     keys += [base + "l:" + day for day in ledger]
-    updates = [s.session for s in sync.batch.settlements if s.session is not None] if sync.batch else []
+    updates = sync.batch.session_updates() if sync.batch else []
     if updates:
         keys.append(base + "sx")
     keep_s = sync.batch.keep_s if sync.batch is not None else 900

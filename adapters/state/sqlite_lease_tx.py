@@ -166,8 +166,7 @@ def _apply_batch(db: sqlite3.Connection, now_us: int, tenant: str, batch: Settle
         for (key_id, model, workflow), sums in rows.items():
             entry = LedgerEntry(day, key_id, model, sums[1], sums[2], sums[3], sums[4], sums[0], workflow)
             sqlite_tx.add_ledger(db, tenant, entry)
-    for settlement in batch.settlements:
-        if settlement.session is not None:
-            sqlite_sessions.apply(db, now_us, settlement.session)
+    for update in batch.session_updates():
+        sqlite_sessions.apply(db, now_us, update)
     _mark_settled(db, now_us, tenant, batch.batch_id, batch.keep_s * 1_000_000)
     return True

@@ -7,6 +7,13 @@ the requests in flight) + pending (actual spend of finished requests not yet sen
 most `hold`, and `hold` is at most what the store holds for the lease in every state the
 store may be in. So while a call is on its way, `hold` is what the store keeps whatever it
 answers (the floor sent); a call that goes unanswered leaves it there.
+
+Session record updates (`Settlement.session`) wait longer than their settlements: up to
+`hold_s` (`sessions.update_hold_s`) from a session's oldest waiting update, so that a hot
+session's turns reach the store folded into one update, in the batch of the call after that
+(`SettleBatch.sessions`); a session's updates stay in order, and an update that brings a
+checkpoint goes in the next batch, with the session's others before it. A lease is not idle
+while it holds any, and its closing call takes them all.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import NamedTuple
 from gateway.metering.lease_records import LeaseBudget, LeaseGrant, LeaseRate, LeaseSync, SettleBatch
 from gateway.metering.plan import MeterPlan
 from gateway.metering.records import RateState, Settlement
+from gateway.sessions.records import SessionUpdate
 
 
 class LeaseDraw(NamedTuple):
@@ -34,6 +42,7 @@ class Lease:
         plan: MeterPlan,
         counters: tuple[tuple[str, int], ...],
         now: float,
+        hold_s: float = 0.0,
     ) -> None:
         self.lease_id = "l" + os.urandom(15).hex()
         self.tenant = tenant
@@ -50,6 +59,10 @@ class Lease:
         self.rates_at = now
         self.pending: list[Settlement] = []
         self.first_pending_at = 0.0
+        # Session updates held back, by session, oldest session first: (since, updates in order)
+        self.held: dict[str, tuple[float, list[SessionUpdate]]] = {}
+        self.held_now: set[str] = set()  # sessions whose updates go in the next batch, whatever their age
+        self.hold_s = hold_s  # how long session updates may be held (0: they go with their settlements)
         self.sending: SettleBatch | None = None  # sent, not known to be applied
         self.seq = 0
         self.inflight = 0
@@ -95,7 +108,8 @@ class Lease:
 
     def finished(self, draw: LeaseDraw, settlement: Settlement | None, tokens: int, now: float) -> None:
         """A request admitted against this lease is over: its bound is no longer drawn, its
-        actual spend waits for the next call, unused tokens go back into the slice."""
+        actual spend waits for the next call, unused tokens go back into the slice, and its
+        session update is held (with `hold_s`; else it goes with the settlement)."""
         for j, amount in enumerate(draw.amounts):
             self.drawn[j] -= amount
         for i, (limit, cost) in enumerate(zip(self.plan.rates, draw.costs, strict=True)):
@@ -104,6 +118,14 @@ class Lease:
         self.inflight -= 1
         if settlement is None:
             return
+        update = settlement.session
+        if update is not None and self.hold_s > 0:  # (a batch's `sessions` carry it, not the settlement)
+            held = self.held.get(update.session)
+            if held is None:
+                held = self.held[update.session] = (now, [])
+            held[1].append(update)
+            if update.checkpoint is not None:  # others may look for it now
+                self.held_now.add(update.session)
         for j, (_, amount, _) in enumerate(settlement.spent):
             self.pending_spent[j] += amount
         if not self.pending:
@@ -111,18 +133,29 @@ class Lease:
         self.pending.append(settlement)
 
     def next_sync(
-        self, budget_room: list[int], rate_room: list[int], lease_s: float, keep_s: int
+        self,
+        budget_room: list[int],
+        rate_room: list[int],
+        lease_s: float,
+        keep_s: int,
+        held_before: float = float("inf"),
     ) -> LeaseSync:
-        """The next call: the batch (the unanswered one again, else the pending settlements),
-        holds of drawn + `budget_room`, units of consumed + `rate_room` (0 and close once
-        closing with nothing in flight). Lowers `hold` and `taken` to the floors it sends."""
-        if self.sending is None and self.pending:
-            self.sending = SettleBatch("b" + os.urandom(15).hex(), tuple(self.pending), keep_s)
-            for j, spent in enumerate(self.pending_spent):
-                self.hold[j] -= spent  # that much of the hold becomes spend when the batch is applied
-                self.pending_spent[j] = 0
-            self.pending = []
-        close = (self.closing or self.closed) and self.inflight == 0
+        """The next call: the batch (the unanswered one again, else the pending settlements
+        and the session updates held since `held_before` or earlier), holds of drawn +
+        `budget_room`, units of consumed + `rate_room` (0 and close once closing with nothing
+        in flight). Lowers `hold` and `taken` to the floors it sends."""
+        ending = (self.closing or self.closed) and self.inflight == 0
+        if self.sending is None:
+            sessions = (
+                self._held_updates(float("inf") if ending else held_before) if self.hold_s > 0 else None
+            )
+            if self.pending or sessions:
+                self.sending = SettleBatch("b" + os.urandom(15).hex(), tuple(self.pending), keep_s, sessions)
+                for j, spent in enumerate(self.pending_spent):
+                    self.hold[j] -= spent  # that much of the hold becomes spend when the batch is applied
+                    self.pending_spent[j] = 0
+                self.pending = []
+        close = ending and not self.held  # (a batch sent again first: the held updates go next)
         budgets = []
         for j, ((counter, expires_at), budget) in enumerate(
             zip(self.counters, self.plan.budgets, strict=True)
@@ -158,7 +191,31 @@ class Lease:
             self.hold = [0] * len(self.hold)
             self.expires_at = 0.0
 
+    def holds_due(self, held_before: float) -> bool:
+        """Whether held session updates are due in a batch: some held since `held_before` or
+        earlier, or brought a checkpoint."""
+        held = self.held
+        return bool(held) and (bool(self.held_now) or next(iter(held.values()))[0] <= held_before)
+
+    def _held_updates(self, held_before: float) -> tuple[SessionUpdate, ...]:
+        """The held updates of the sessions due (oldest session first), taken out of `held`."""
+        held = self.held
+        if not held:
+            return ()
+        due = []
+        for session, (since, _) in held.items():  # oldest first: stop at the first not due
+            if since > held_before:
+                break
+            due.append(session)
+        taken = [update for session in due for update in held.pop(session)[1]]
+        for session in self.held_now:
+            entry = held.pop(session, None)
+            if entry is not None:
+                taken += entry[1]
+        self.held_now.clear()
+        return tuple(taken)
+
     @property
     def idle(self) -> bool:
         """Nothing in flight, nothing to send: nothing would be lost by forgetting it."""
-        return self.inflight == 0 and not self.pending and self.sending is None
+        return self.inflight == 0 and not self.pending and self.sending is None and not self.held

@@ -18,17 +18,30 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.metering.records import RateState, Settlement
+from gateway.sessions.records import SessionUpdate
 
 
 @dataclass(frozen=True, slots=True)
 class SettleBatch:
     """Settlements of requests admitted against a lease (no reservation of their own in the
     store), applied together, once: the store remembers `batch_id` for `keep_s`. A batch
-    is never changed once made, so a retry sends exactly what the first try did."""
+    is never changed once made, so a retry sends exactly what the first try did.
+
+    `sessions`: the session record updates the batch applies, in order, when the worker held
+    them back (a hot session's turns wait to be folded; `lease.py`): then its settlements'
+    own `session` are not applied (they went, or go, in `sessions` of this batch or another);
+    None: the settlements' own."""
 
     batch_id: str
     settlements: tuple[Settlement, ...]
     keep_s: int
+    sessions: tuple[SessionUpdate, ...] | None = None
+
+    def session_updates(self) -> tuple[SessionUpdate, ...]:
+        """Every session update the batch applies, in the order it applies them."""
+        if self.sessions is not None:
+            return self.sessions
+        return tuple(s.session for s in self.settlements if s.session is not None)
 
 
 @dataclass(frozen=True, slots=True)

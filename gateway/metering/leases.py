@@ -90,8 +90,10 @@ class Leases:
         lease_grace_s: float,
         keep_s: int,
         monotonic: Callable[[], float] = time.monotonic,
+        session_hold_s: float = 0.0,
     ) -> None:
         self._store = store
+        self._session_hold_s = session_hold_s  # how long a session's record updates may wait (`lease.py`)
         self._grace_s = lease_grace_s
         self._keep_s = keep_s
         self._give_up_s = keep_s / 2  # a batch id is remembered for keep_s: retries stay inside it
@@ -151,7 +153,7 @@ class Leases:
                 return None  # the old one still has settlements to send
             if self._room(demand, None, now) is None:
                 return None
-            lease = self._leases[key] = Lease(request.tenant, plan, counters, now)
+            lease = self._leases[key] = Lease(request.tenant, plan, counters, now, self._session_hold_s)
             self._lease_demand[lease.lease_id] = demand
             self._start_ticker()
         if lease.broken or lease.closing:
@@ -246,7 +248,13 @@ class Leases:
         if sized is None:
             lease.closing = True
             sized = ([0] * len(lease.hold), [0] * len(lease.taken))
-        sync = lease.next_sync(sized[0], sized[1], self._span_s + self._grace_s + RENEW_S, self._keep_s)
+        sync = lease.next_sync(
+            sized[0],
+            sized[1],
+            self._span_s + self._grace_s + RENEW_S,
+            self._keep_s,
+            held_before=now - self._session_hold_s,
+        )
         try:
             grant = await self._store.lease(sync)
         except StateStoreUnavailable as exc:
@@ -312,6 +320,8 @@ class Leases:
             return now >= lease.retry_at
         if lease.pending and (now - lease.first_pending_at >= FLUSH_S or len(lease.pending) >= FLUSH_EVERY):
             return True
+        if lease.holds_due(now - self._session_hold_s):
+            return True
         if lease.closed:
             return False
         if now - lease.last_draw >= IDLE_S:
@@ -338,14 +348,19 @@ class Leases:
         await asyncio.gather(
             *(self._call(lease) for lease in self._leases.values() if not lease.closed or not lease.idle)
         )
-        left = [lease for lease in self._leases.values() if lease.sending is not None or lease.pending]
+        left = [
+            lease
+            for lease in self._leases.values()
+            if lease.sending is not None or lease.pending or lease.held
+        ]
         if left:
             logger.error(
                 "settle batches abandoned at shutdown: the state store is unavailable",
                 extra={
                     "settlements": sum(
                         len(x.pending) + (len(x.sending.settlements) if x.sending else 0) for x in left
-                    )
+                    ),
+                    "session_updates": sum(len(updates) for x in left for _, updates in x.held.values()),
                 },
             )
         self._leases.clear()

@@ -63,7 +63,10 @@ def replanned(parts: MeteringParts, config: GatewayConfig, state: StateConfig) -
 
 
 def metering_parts(config: GatewayConfig, state: StateConfig, store: StateStore) -> MeteringParts:
-    leases = Leases(store, state.lease_s, state.settled_keep_s) if state.leases else None
+    hold_s = config.sessions.update_hold_s if config.sessions.enabled else 0.0
+    leases = (
+        Leases(store, state.lease_s, state.settled_keep_s, session_hold_s=hold_s) if state.leases else None
+    )
     meter, bands, admin = _planned(config, state, store, leases)
     prices = PriceBook.from_config(config.prices)
     return MeteringParts(

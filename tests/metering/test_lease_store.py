@@ -270,3 +270,26 @@ async def test_a_sessions_turns_in_one_batch_leave_the_record_they_leave_one_by_
     assert one_by_one.turns == before + 4
     assert one_by_one.decision_ids == (("a5", "a6", "a7") if reload else ("a4", "a5", "a6", "a7"))
     assert [c.turn for c in one_by_one.checkpoints] == [2, 4]
+
+
+async def test_a_batch_with_held_session_updates_applies_those_and_not_its_settlements_own(
+    store: StateStore,
+) -> None:
+    """A worker that holds session updates back sends them as the batch's `sessions` (a hot
+    session's turns, from this batch's settlements and earlier ones): those are applied, in
+    their order; the settlements' own `session` (carried, held elsewhere) are not."""
+    one, other = uuid.uuid4().hex, uuid.uuid4().hex
+    await store.lease(sync("lease-a", 1, hold(500)))
+    earlier = turn_of(one, 10, "d1").session
+    settlements = (turn_of(one, 25, "d3"), turn_of(other, 7, "d2"))
+    assert earlier is not None
+    held = (earlier, *(s.session for s in settlements[:1] if s.session is not None))
+    batch = SettleBatch(uuid.uuid4().hex, settlements, 600, sessions=held)
+    assert (await store.lease(sync("lease-a", 2, hold(400, floor=400), batch=batch))).batch_applied
+    record = await store.session("acme", one)
+    assert record is not None
+    assert (record.turns, record.input_tokens, record.first_input, record.last_input) == (2, 35, 10, 25)
+    assert record.decision_ids == ("d1", "d3")
+    assert await store.session("acme", other) is None  # held in the worker: not this batch's
+    rows = await store.spend(("acme",), DAY, DAY)
+    assert sum(row.requests for row in rows) == 2  # the settlements themselves all count

@@ -225,3 +225,45 @@ async def test_the_session_updates_of_a_batch_lost_to_an_outage_are_applied_once
         if observer is not None:
             await observer.aclose()
         redis.kill()
+
+
+async def test_held_session_updates_reach_the_records_once_whole_and_in_order(redis: RedisProcess) -> None:
+    """Leases holding session updates (`sessions.update_hold_s`): the turns' spend is applied
+    by the batches as before while the records wait; a hold that passes sends them (one
+    session's turns folded into one update), and giving the leases back sends what is left:
+    each session then holds each of its turns once, in order."""
+    prefix = f"tgbatch-{uuid.uuid4().hex[:8]}"
+    store = RedisStore(redis.url, prefix, timeout_s=10)
+    leases = Leases(store, lease_grace_s=1, keep_s=600, session_hold_s=0.5)
+    slow = uuid.uuid4().hex
+    sessions = (uuid.uuid4().hex, uuid.uuid4().hex)
+    try:
+        drawn = await busy_lease(leases, store, 21)
+        await settle_all(leases, drawn[:20], sessions)
+        await wait_for(store, (SPENT * 21, 21))  # the spend went: the first request and 20 turns
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + 30
+        while (record := await store.session("acme", sessions[1])) is None or record.turns < 10:
+            assert loop.time() < give_up, record
+            await asyncio.sleep(0.05)
+        await leases.aclose()  # (already sent; nothing changes)
+        for session in sessions:
+            record = await store.session("acme", session)
+            assert record is not None
+            assert record.turns == 10
+            assert record.input_tokens == 10 * sum(range(1, 11))
+            assert record.decision_ids == tuple(f"d{n}" for n in range(1, 11))
+            assert (record.last_input, record.last_growth) == (100, 10)
+        # A lease given back (idle, or at shutdown) sends the updates it still holds.
+        other = Leases(store, lease_grace_s=1, keep_s=600, session_hold_s=3600)
+        try:
+            [(draw, made)] = await busy_lease(other, store, 1)
+            other.settled(draw, settlement(made, periods().day, turn(slow, 1)), tokens=15)
+        finally:
+            await other.aclose()
+        record = await store.session("acme", slow)
+        assert record is not None
+        assert (record.turns, record.decision_ids) == (1, ("d1",))
+    finally:
+        await leases.aclose()
+        await store.aclose()
