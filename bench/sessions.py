@@ -263,6 +263,12 @@ def main(argv: list[str] | None = None) -> int:
         default=64,
         help="how many sessions the requests name (--gateway-only, --profile)",
     )
+    parser.add_argument(
+        "--update-hold",
+        type=float,
+        default=0.0,
+        help="sessions.update_hold_s of the gateway with sessions on (--gateway-only)",
+    )
     args = parser.parse_args(argv)
     rounds = 1 if args.quick else args.rounds
     seconds = 5 if args.quick else args.seconds
@@ -276,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.gateway_only:
         meta = spine.run_meta(argv)
-        figures = gateway_figures(rounds, seconds, args.sessions)
+        figures = gateway_figures(rounds, seconds, args.sessions, args.update_hold)
         spine.save_results("sessions-gateway", {"meta": meta, "gateway": figures})
         print(f"python -m bench.sessions{meta['args']} · {meta['date']} · git {meta['git']}")
         print("\n".join(gateway_lines(figures, TARGET_THROUGHPUT_LOSS)))

@@ -73,10 +73,10 @@ def redis_command_s() -> float:
 
 
 def _with_gateways(
-    run: Callable[[spine.Stack, Callable[[bool], None], Path], Any], sessions: int = 64
+    run: Callable[[spine.Stack, Callable[[bool], None], Path], Any], sessions: int = 64, hold_s: float = 0.0
 ) -> Any:
     """`run(stack, start, script)` with the upstream up; `start(enabled)` serves a gateway with
-    sessions on or off as `stack.gateway`."""
+    sessions on (`sessions.update_hold_s` = `hold_s`) or off as `stack.gateway`."""
     procs = spine.Processes()
     tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-sessions-"))
     key = generate_key()
@@ -90,7 +90,7 @@ def _with_gateways(
         def start(enabled: bool) -> None:
             def config(port: int) -> dict[str, Any]:
                 data = gateway_config(stack, port, hash_key(key), state, policy)
-                return {**data, "sessions": {"enabled": enabled}}
+                return {**data, "sessions": {"enabled": enabled, "update_hold_s": hold_s if enabled else 0.0}}
 
             spine.serve_gateway(stack, f"sessions-{enabled}", config)
 
@@ -102,7 +102,7 @@ def _with_gateways(
         delete_keys(prefix)
 
 
-def gateway_figures(rounds: int, seconds: float, sessions: int = 64) -> dict[str, Any]:
+def gateway_figures(rounds: int, seconds: float, sessions: int = 64, hold_s: float = 0.0) -> dict[str, Any]:
     """Both gateways started once and kept up, then `rounds` pairs of wrk runs of `seconds`
     each, one against each gateway back to back, the order alternating: many short paired
     runs rather than a few long ones, so a change in the machine's load falls on both sides
@@ -150,9 +150,10 @@ def gateway_figures(rounds: int, seconds: float, sessions: int = 64) -> dict[str
             "cpu_ratio_median": statistics.median(ratios),
             "cpu_ratios": ratios,
             "sessions": sessions,
+            "update_hold_s": hold_s,
         }
 
-    result: dict[str, Any] = _with_gateways(measure, sessions)
+    result: dict[str, Any] = _with_gateways(measure, sessions, hold_s)
     return result
 
 
@@ -186,7 +187,9 @@ def gateway_lines(g: dict[str, Any], target_loss: float) -> list[str]:
         "",
         f"The whole pipeline (2 workers, Redis metering with a budget, the shipped policy, redaction "
         f"both ways, the decision log, metrics; upstream {g['upstream']}), wrk c64, every request "
-        f"naming one of {g.get('sessions', 64):,} sessions; both gateways up side by side, "
+        f"naming one of {g.get('sessions', 64):,} sessions"
+        + (f" (sessions.update_hold_s {g['update_hold_s']:g})" if g.get("update_hold_s") else "")
+        + "; both gateways up side by side, "
         f"{len(g['cpu_ratios'])} rounds of {g.get('seconds', 10):.0f} s against each, back to back, "
         "the order alternating:",
         "",

@@ -8,12 +8,13 @@ most `hold`, and `hold` is at most what the store holds for the lease in every s
 store may be in. So while a call is on its way, `hold` is what the store keeps whatever it
 answers (the floor sent); a call that goes unanswered leaves it there.
 
-Session record updates (`Settlement.session`) wait longer than their settlements: up to
-`hold_s` (`sessions.update_hold_s`) from a session's oldest waiting update, so that a hot
-session's turns reach the store folded into one update, in the batch of the call after that
-(`SettleBatch.sessions`); a session's updates stay in order, and an update that brings a
-checkpoint goes in the next batch, with the session's others before it. A lease is not idle
-while it holds any, and its closing call takes them all.
+With `hold_s` (`sessions.update_hold_s`, 0 by default), session record updates
+(`Settlement.session`) wait longer than their settlements: up to `hold_s` from a session's
+oldest waiting update, so that a hot session's turns reach the store folded into one
+update, in the batch of the call after that (`SettleBatch.sessions`); a session's updates
+stay in order, and an update that brings a checkpoint goes in the next batch, with the
+session's others before it. A lease is not idle while it holds any, and its closing call
+takes them all.
 """
 
 from __future__ import annotations

@@ -52,8 +52,8 @@ class SessionsConfig(_Strict):
     idle_ttl_s: int = Field(86_400, ge=1)  # a record expires this long after its last request
     cache_s: float = Field(1.0, ge=0)  # how long a worker reuses a record it read (policy bands)
     # How long a worker may hold a session's record updates from leased requests, to fold a
-    # hot session's turns into one store update (0: each goes with its request's settle)
-    update_hold_s: float = Field(1.0, ge=0, le=60)
+    # hot session's turns into one store update (0, the default: each goes with its settle)
+    update_hold_s: float = Field(0.0, ge=0, le=60)
     max_decisions: int = Field(64, ge=1)  # decision ids listed per record; older ones are counted
     max_checkpoints: int = Field(8, ge=1)
     limits: SessionLimitsConfig = SessionLimitsConfig()
