@@ -270,9 +270,9 @@ class StateStore(Protocol):
       Idempotency-Key is claimed by one request (for `lease_s`), then either holds its
       response (for `ttl_s`) or is released for a retry.
     - sessions (gateway/sessions/records.py): `settle` applies a settlement's session update
-      in the same atomic step, `lease` the session updates of its batch (`SettleBatch.session_updates`:
-      those the worker held back, then its settlements', in order, only when it applies the
-      batch); `update_session` applies one alone.
+      in the same atomic step, `lease` the session updates of its batch, in order, only when
+      it applies the batch (`SettleBatch.session_updates`: those the worker held back when it
+      holds them, else its settlements' own); `update_session` applies one alone.
     """
 
     name: str  # "sqlite" or "redis"
