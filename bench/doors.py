@@ -15,7 +15,11 @@
   conversation through each door in turn, sequentially on a keep-alive connection, non-streamed
   and streamed; the worker's CPU per request (utime + stime from /proc) for each door.
   Medians of interleaved rounds; noisier than the first, since it also counts the gateway's
-  whole pipeline, which is the same for every door.
+  whole pipeline, which is the same for every door. A worker idle between two requests runs
+  each with its caches cold, the door's code included: the least favourable case.
+- under load (`--loaded`): the same worker loaded by wrk (`LOADED_CONNECTIONS` connections,
+  a few seconds per door and mode, the doors in turn, rounds interleaved), as a gateway
+  serving many agents runs; the gateway's CPU per request of each run, medians of the rounds.
 
 Results go to bench/results/doors-*.json and the "Doors" section of docs/benchmarks.md.
 """
@@ -44,6 +48,7 @@ from gateway.exchange import Endpoint, Exchange, Principal, Tenant, Usage
 from gateway.ports import Chunk
 
 TARGET_US = 50.0  # at most 0.05 ms of CPU per request over the chat door
+LOADED_CONNECTIONS = 16
 WORDS = [f"tok{i}" if i == 0 else f" tok{i}" for i in range(16)]
 SYSTEM = "You are a careful assistant. Answer briefly."
 QUESTION = "What is the weather in Oslo today, and should I take an umbrella?"
@@ -281,6 +286,66 @@ def end_to_end(rounds: int, warmup: int = 100) -> dict[str, dict[str, float]]:
     }
 
 
+def loaded(rounds: int, seconds: float) -> dict[str, dict[str, float]]:
+    """The gateway's CPU µs per request through each door under wrk's load: medians over
+    `rounds` runs of `seconds` of each door and mode, interleaved (the order rotating)."""
+    from gateway.keys import generate_key, hash_key
+
+    with tempfile.TemporaryDirectory(prefix="tollgate-bench-doors-loaded-") as tmp_name:
+        tmp = Path(tmp_name)
+        procs = harness.Processes()
+        try:
+            _, sim_port = harness.start_simulator(procs, tmp)
+            key = generate_key()
+            port = harness.free_port()
+            config = tmp / "gateway.yaml"
+            config.write_text(json.dumps(_gateway_config(sim_port, port, hash_key(key), tmp)))
+            log = tmp / "gateway.log"
+            argv = [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                str(port),
+            ]
+            proc = procs.start("gateway", argv, log)
+            harness.wait_http_ok(f"http://{harness.HOST}:{port}/healthz", proc, "gateway", log)
+            url = f"http://{harness.HOST}:{port}"
+            scripts = {}
+            for name in E2E:
+                for stream in (False, True):
+                    # wrk's script of every bench; each door takes the key as a Bearer token
+                    script = tmp / f"{name.replace(' ', '-')}-{stream}.lua"
+                    body = orjson.dumps({**BODIES[name], "stream": stream}).decode()
+                    script.write_text(harness.WRK_SCRIPT.format(body=body, key=key))
+                    scripts[(name, stream)] = script
+            for (name, _), script in scripts.items():  # warm: connections, caches, first decisions
+                harness.wrk(url + E2E[name], script, LOADED_CONNECTIONS, 1)
+            samples: dict[tuple[str, bool], list[float]] = {k: [] for k in scripts}
+            names = list(E2E)
+            for index in range(rounds):
+                order = names[index % len(names) :] + names[: index % len(names)]
+                for stream in (False, True):
+                    for name in order:
+                        run = harness.served_load(
+                            url + E2E[name], proc.pid, scripts[(name, stream)], LOADED_CONNECTIONS, seconds
+                        )
+                        if run["errors"] or run.get("non2xx"):
+                            raise harness.BenchError(f"{E2E[name]}: wrk saw errors: {run}")
+                        samples[(name, stream)].append(run["cpu_ms_per_request"] * 1000)
+        finally:
+            procs.stop_all()
+    return {
+        ("streamed" if stream else "non-streamed"): {
+            name: statistics.median(samples[(name, stream)]) for name in E2E
+        }
+        for stream in (False, True)
+    }
+
+
 def _table(figures: dict[str, dict[str, float]], target: bool) -> list[str]:
     again = "chat again" in next(iter(figures.values()))
     head = "| | chat | responses | messages | responses - chat | messages - chat |"
@@ -304,13 +369,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument("--loaded", action="store_true", help="also end to end under wrk's load")
     args = parser.parse_args(argv)
     rounds = 5 if args.quick else 9
     meta = harness.run_meta(argv)
     with harness.machine_lock(max_wait_s=300):  # one benchmark at a time on a shared machine
         inproc = translation(rounds, 300 if args.quick else 1000)
         e2e = end_to_end(300 if args.quick else 1500)
-    payload = {"meta": meta, "translation_us": inproc, "end_to_end_cpu_us": e2e}
+        under_load = loaded(3 if args.quick else 5, 3.0) if args.loaded else None
+    payload = {"meta": meta, "translation_us": inproc, "end_to_end_cpu_us": e2e, "loaded_cpu_us": under_load}
     harness.save_results("doors", payload)
     print(json.dumps(payload, indent=2))
     markdown = "\n".join(
@@ -337,6 +404,17 @@ def main(argv: list[str] | None = None) -> int:
             "door's, in runs minutes apart: 3.9 times non-streamed, 2.9 times streamed), and that accounts",
             "for most of the difference between the tables; every figure scales with",
             "the machine's load (the chat door measured twice gives the noise floor).",
+            *(
+                [
+                    "",
+                    f"Under load (the same worker, wrk c{LOADED_CONNECTIONS}, runs of 3 s, medians of "
+                    f"{3 if args.quick else 5} interleaved rounds; the gateway's CPU per request):",
+                    "",
+                    *_table(under_load, target=False),
+                ]
+                if under_load is not None
+                else []
+            ),
         ]
     )
     if not args.no_doc:
