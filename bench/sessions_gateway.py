@@ -90,7 +90,10 @@ def _with_gateways(
         def start(enabled: bool) -> None:
             def config(port: int) -> dict[str, Any]:
                 data = gateway_config(stack, port, hash_key(key), state, policy)
-                return {**data, "sessions": {"enabled": enabled, "update_hold_s": hold_s if enabled else 0.0}}
+                sessions: dict[str, Any] = {"enabled": enabled}
+                if enabled and hold_s:  # (named only when set: earlier revisions do not know it)
+                    sessions["update_hold_s"] = hold_s
+                return {**data, "sessions": sessions}
 
             spine.serve_gateway(stack, f"sessions-{enabled}", config)
 
