@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -227,9 +229,10 @@ def _cpu_s(pid: int) -> float:
     return total / 1e9
 
 
-def end_to_end(rounds: int, warmup: int = 100) -> dict[str, dict[str, float]]:
-    """The gateway worker's CPU µs per request through each door: medians over `rounds`
-    requests of each door and mode, interleaved."""
+@contextlib.contextmanager
+def _one_worker() -> Iterator[tuple[Any, int, str, Path]]:
+    """One gateway worker in front of the simulator (zero-latency mode), as the end-to-end
+    measures run it: (its process, its port, an API key, a scratch directory); stopped after."""
     from gateway.keys import generate_key, hash_key
 
     with tempfile.TemporaryDirectory(prefix="tollgate-bench-doors-") as tmp_name:
@@ -254,90 +257,69 @@ def end_to_end(rounds: int, warmup: int = 100) -> dict[str, dict[str, float]]:
             ]
             proc = procs.start("gateway", argv, log)
             harness.wait_http_ok(f"http://{harness.HOST}:{port}/healthz", proc, "gateway", log)
-            headers = {"content-type": "application/json", "authorization": f"Bearer {key}", "x-api-key": key}
-            samples: dict[tuple[str, bool], list[float]] = {(n, s): [] for n in E2E for s in (False, True)}
-            conn = http.client.HTTPConnection(harness.HOST, port, timeout=30)
-            bodies = {(n, s): orjson.dumps({**BODIES[n], "stream": s}) for n in E2E for s in (False, True)}
-            names = list(E2E)
-            # Request by request, the doors in turn (each leading in turn), each request's own
-            # CPU: the gateway is idle between two sequential requests, so the difference of
-            # two readings is that request's; drift and neighbours' load hit every door alike.
-            for index in range(warmup + rounds):
-                order = names[index % len(names) :] + names[: index % len(names)]
-                for stream in (False, True):
-                    for name in order:
-                        before = _cpu_s(proc.pid)
-                        conn.request("POST", E2E[name], bodies[(name, stream)], headers)
-                        response = conn.getresponse()
-                        response.read()
-                        spent = _cpu_s(proc.pid) - before
-                        if response.status != 200:
-                            raise harness.BenchError(f"{E2E[name]}: {response.status}")
-                        if index >= warmup:
-                            samples[(name, stream)].append(spent * 1e6)
-            conn.close()
+            yield proc, port, key, tmp
         finally:
             procs.stop_all()
-    return {
-        ("streamed" if stream else "non-streamed"): {
-            name: statistics.median(samples[(name, stream)]) for name in E2E
-        }
-        for stream in (False, True)
-    }
+
+
+def end_to_end(rounds: int, warmup: int = 100) -> dict[str, dict[str, float]]:
+    """The gateway worker's CPU µs per request through each door: medians over `rounds`
+    requests of each door and mode, interleaved."""
+    samples: dict[tuple[str, bool], list[float]] = {(n, s): [] for n in E2E for s in (False, True)}
+    with _one_worker() as (proc, port, key, _):
+        headers = {"content-type": "application/json", "authorization": f"Bearer {key}", "x-api-key": key}
+        conn = http.client.HTTPConnection(harness.HOST, port, timeout=30)
+        bodies = {(n, s): orjson.dumps({**BODIES[n], "stream": s}) for n in E2E for s in (False, True)}
+        names = list(E2E)
+        # Request by request, the doors in turn (each leading in turn), each request's own
+        # CPU: the gateway is idle between two sequential requests, so the difference of
+        # two readings is that request's; drift and neighbours' load hit every door alike.
+        for index in range(warmup + rounds):
+            order = names[index % len(names) :] + names[: index % len(names)]
+            for stream in (False, True):
+                for name in order:
+                    before = _cpu_s(proc.pid)
+                    conn.request("POST", E2E[name], bodies[(name, stream)], headers)
+                    response = conn.getresponse()
+                    response.read()
+                    spent = _cpu_s(proc.pid) - before
+                    if response.status != 200:
+                        raise harness.BenchError(f"{E2E[name]}: {response.status}")
+                    if index >= warmup:
+                        samples[(name, stream)].append(spent * 1e6)
+        conn.close()
+    return _medians(samples)
 
 
 def loaded(rounds: int, seconds: float) -> dict[str, dict[str, float]]:
     """The gateway's CPU µs per request through each door under wrk's load: medians over
     `rounds` runs of `seconds` of each door and mode, interleaved (the order rotating)."""
-    from gateway.keys import generate_key, hash_key
+    samples: dict[tuple[str, bool], list[float]] = {(n, s): [] for n in E2E for s in (False, True)}
+    with _one_worker() as (proc, port, key, tmp):
+        url = f"http://{harness.HOST}:{port}"
+        scripts = {}
+        for name, stream in samples:
+            # wrk's script of every bench; each door takes the key as a Bearer token
+            script = tmp / f"{name.replace(' ', '-')}-{stream}.lua"
+            body = orjson.dumps({**BODIES[name], "stream": stream}).decode()
+            script.write_text(harness.WRK_SCRIPT.format(body=body, key=key))
+            scripts[(name, stream)] = script
+        for (name, _), script in scripts.items():  # warm: connections, caches, first decisions
+            harness.wrk(url + E2E[name], script, LOADED_CONNECTIONS, 1)
+        names = list(E2E)
+        for index in range(rounds):
+            order = names[index % len(names) :] + names[: index % len(names)]
+            for stream in (False, True):
+                for name in order:
+                    script = scripts[(name, stream)]
+                    run = harness.served_load(url + E2E[name], proc.pid, script, LOADED_CONNECTIONS, seconds)
+                    if run["errors"] or run.get("non2xx"):
+                        raise harness.BenchError(f"{E2E[name]}: wrk saw errors: {run}")
+                    samples[(name, stream)].append(run["cpu_ms_per_request"] * 1000)
+    return _medians(samples)
 
-    with tempfile.TemporaryDirectory(prefix="tollgate-bench-doors-loaded-") as tmp_name:
-        tmp = Path(tmp_name)
-        procs = harness.Processes()
-        try:
-            _, sim_port = harness.start_simulator(procs, tmp)
-            key = generate_key()
-            port = harness.free_port()
-            config = tmp / "gateway.yaml"
-            config.write_text(json.dumps(_gateway_config(sim_port, port, hash_key(key), tmp)))
-            log = tmp / "gateway.log"
-            argv = [
-                sys.executable,
-                "-m",
-                "gateway.cli",
-                "serve",
-                "--config",
-                str(config),
-                "--port",
-                str(port),
-            ]
-            proc = procs.start("gateway", argv, log)
-            harness.wait_http_ok(f"http://{harness.HOST}:{port}/healthz", proc, "gateway", log)
-            url = f"http://{harness.HOST}:{port}"
-            scripts = {}
-            for name in E2E:
-                for stream in (False, True):
-                    # wrk's script of every bench; each door takes the key as a Bearer token
-                    script = tmp / f"{name.replace(' ', '-')}-{stream}.lua"
-                    body = orjson.dumps({**BODIES[name], "stream": stream}).decode()
-                    script.write_text(harness.WRK_SCRIPT.format(body=body, key=key))
-                    scripts[(name, stream)] = script
-            for (name, _), script in scripts.items():  # warm: connections, caches, first decisions
-                harness.wrk(url + E2E[name], script, LOADED_CONNECTIONS, 1)
-            samples: dict[tuple[str, bool], list[float]] = {k: [] for k in scripts}
-            names = list(E2E)
-            for index in range(rounds):
-                order = names[index % len(names) :] + names[: index % len(names)]
-                for stream in (False, True):
-                    for name in order:
-                        run = harness.served_load(
-                            url + E2E[name], proc.pid, scripts[(name, stream)], LOADED_CONNECTIONS, seconds
-                        )
-                        if run["errors"] or run.get("non2xx"):
-                            raise harness.BenchError(f"{E2E[name]}: wrk saw errors: {run}")
-                        samples[(name, stream)].append(run["cpu_ms_per_request"] * 1000)
-        finally:
-            procs.stop_all()
+
+def _medians(samples: dict[tuple[str, bool], list[float]]) -> dict[str, dict[str, float]]:
     return {
         ("streamed" if stream else "non-streamed"): {
             name: statistics.median(samples[(name, stream)]) for name in E2E
