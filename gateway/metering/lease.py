@@ -139,16 +139,16 @@ class Lease:
         rate_room: list[int],
         lease_s: float,
         keep_s: int,
-        held_before: float = float("inf"),
+        now: float = float("inf"),
     ) -> LeaseSync:
-        """The next call: the batch (the unanswered one again, else the pending settlements
-        and the session updates held since `held_before` or earlier), holds of drawn +
+        """The next call at `now`: the batch (the unanswered one again, else the pending
+        settlements and the session updates held `hold_s` by then), holds of drawn +
         `budget_room`, units of consumed + `rate_room` (0 and close once closing with nothing
         in flight). Lowers `hold` and `taken` to the floors it sends."""
         ending = (self.closing or self.closed) and self.inflight == 0
         if self.sending is None:
             sessions = (
-                self._held_updates(float("inf") if ending else held_before) if self.hold_s > 0 else None
+                self._held_updates(float("inf") if ending else now - self.hold_s) if self.hold_s > 0 else None
             )
             if self.pending or sessions:
                 self.sending = SettleBatch("b" + os.urandom(15).hex(), tuple(self.pending), keep_s, sessions)
@@ -192,11 +192,11 @@ class Lease:
             self.hold = [0] * len(self.hold)
             self.expires_at = 0.0
 
-    def holds_due(self, held_before: float) -> bool:
-        """Whether held session updates are due in a batch: some held since `held_before` or
-        earlier, or brought a checkpoint."""
+    def holds_due(self, now: float) -> bool:
+        """Whether held session updates are due in a batch at `now`: some held `hold_s`, or
+        one brought a checkpoint."""
         held = self.held
-        return bool(held) and (bool(self.held_now) or next(iter(held.values()))[0] <= held_before)
+        return bool(held) and (bool(self.held_now) or next(iter(held.values()))[0] <= now - self.hold_s)
 
     def _held_updates(self, held_before: float) -> tuple[SessionUpdate, ...]:
         """The held updates of the sessions due (oldest session first), taken out of `held`."""

@@ -253,7 +253,7 @@ class Leases:
             sized[1],
             self._span_s + self._grace_s + RENEW_S,
             self._keep_s,
-            held_before=now - self._session_hold_s,
+            now=now,
         )
         try:
             grant = await self._store.lease(sync)
@@ -320,7 +320,7 @@ class Leases:
             return now >= lease.retry_at
         if lease.pending and (now - lease.first_pending_at >= FLUSH_S or len(lease.pending) >= FLUSH_EVERY):
             return True
-        if lease.holds_due(now - self._session_hold_s):
+        if lease.holds_due(now):
             return True
         if lease.closed:
             return False

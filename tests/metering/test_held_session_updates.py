@@ -50,7 +50,7 @@ def finish(lease: Lease, update: SessionUpdate | None, now: float) -> Settlement
 
 def call(lease: Lease, now: float) -> SettleBatch | None:
     """The lease's next call at `now`, answered as applied; its batch."""
-    sync = lease.next_sync([1000], [], 60, 600, held_before=now - lease.hold_s)
+    sync = lease.next_sync([1000], [], 60, 600, now=now)
     lease.answered(sync, LeaseGrant("held", True, (1000,), (1000,), (), ()), now)
     return sync.batch
 
@@ -85,12 +85,12 @@ def test_a_checkpoint_goes_in_the_next_batch_after_the_sessions_earlier_turns() 
     finish(lease, turn(one, 1), 0.0)
     finish(lease, turn(other, 1), 0.0)
     finish(lease, turn(one, 2, CHECKPOINT), 0.1)  # another worker may look for it now
-    assert lease.holds_due(0.2 - lease.hold_s)
+    assert lease.holds_due(0.2)
     batch = call(lease, 0.2)
     assert batch is not None
     assert batch.session_updates() == (turn(one, 1), turn(one, 2, CHECKPOINT))
     finish(lease, turn(one, 3), 0.3)  # held again, as any turn without a checkpoint
-    assert not lease.holds_due(0.4 - lease.hold_s)
+    assert not lease.holds_due(0.4)
     assert {session for session in lease.held} == {one, other}
 
 
@@ -103,7 +103,7 @@ def test_a_lease_holding_updates_is_not_idle_and_its_closing_call_takes_them_all
     assert batch is not None and batch.session_updates() == ()
     assert not lease.idle  # forgetting it would lose the sessions' turns
     lease.closing = True
-    sync = lease.next_sync([0], [], 60, 600, held_before=1.0 - lease.hold_s)
+    sync = lease.next_sync([0], [], 60, 600, now=1.0)
     assert sync.close
     assert sync.batch is not None
     assert sync.batch.settlements == ()
@@ -116,15 +116,15 @@ def test_a_closing_lease_resending_a_batch_keeps_the_lease_until_its_held_update
     lease = Lease("acme", PLAN, COUNTERS, 0.0, hold_s=30.0)
     one = uuid.uuid4().hex
     finish(lease, turn(one, 1), 0.0)
-    unanswered = lease.next_sync([1000], [], 60, 600, held_before=0.1 - lease.hold_s)
+    unanswered = lease.next_sync([1000], [], 60, 600, now=0.1)
     assert unanswered.batch is not None  # the settlement; the store never answers this call
     finish(lease, turn(one, 2), 0.2)
     lease.closing = True
-    again = lease.next_sync([0], [], 60, 600, held_before=0.3 - lease.hold_s)
+    again = lease.next_sync([0], [], 60, 600, now=0.3)
     assert again.batch is unanswered.batch  # the same batch again, as every retry
     assert not again.close  # the held turns would be lost with the lease
     lease.answered(again, LeaseGrant("held", True, (0,), (0,), (), ()), 0.3)
-    final = lease.next_sync([0], [], 60, 600, held_before=0.4 - lease.hold_s)
+    final = lease.next_sync([0], [], 60, 600, now=0.4)
     assert final.close
     assert final.batch is not None
     assert final.batch.session_updates() == (turn(one, 1), turn(one, 2))
