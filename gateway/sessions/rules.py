@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.metering.prices import PER_MILLION
@@ -16,10 +16,12 @@ class SessionLimits:
     max_tokens: int | None = None
     max_micros: int | None = None  # dollars, as integer micro-dollars
     max_input_tokens: int | None = None
+    # Whether a hard cap is set: asked several times a request (metering's stages), so
+    # worked out once, where limits are made (per config, or per decision that sets some).
+    capped: bool = field(init=False, compare=False, repr=False)
 
-    @property
-    def capped(self) -> bool:
-        return self.max_tokens is not None or self.max_micros is not None
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "capped", self.max_tokens is not None or self.max_micros is not None)
 
 
 @dataclass(frozen=True, slots=True)

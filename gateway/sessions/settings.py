@@ -56,6 +56,27 @@ class SessionSettings:
         # holds the rules, so the id is not reused while it is there): no hash of the rules
         # per request.
         self._plans: dict[tuple[str, str, int], tuple[SessionRules, CheckpointPlan | None]] = {}
+        # (key id, tenant, workflow, id of the decision's rules) -> (those rules, limits, plan):
+        # what a request's session stage asks, in one look-up (keys are bounded too)
+        self._settled: dict[
+            tuple[str, str, str, int], tuple[SessionRules, SessionLimits, CheckpointPlan | None]
+        ] = {}
+
+    def for_request(
+        self, principal: Principal, workflow: str, rules: SessionRules
+    ) -> tuple[SessionLimits, CheckpointPlan | None]:
+        """The request's limits and checkpoint plan (`limits`, `checkpoints`), kept by key,
+        workflow and the decision's rules object."""
+        key = (principal.key_id, principal.tenant.name, workflow, id(rules))
+        found = self._settled.get(key)
+        if found is not None and found[0] is rules:
+            return found[1], found[2]
+        if len(self._settled) >= _MAX_PLANS:
+            self._settled.clear()
+        limits = self.limits(principal, rules)
+        plan = self.checkpoints(principal, workflow, rules)
+        self._settled[key] = (rules, limits, plan)
+        return limits, plan
 
     def limits(self, principal: Principal, rules: SessionRules) -> SessionLimits:
         base = self._key_base.get(principal.key_id)

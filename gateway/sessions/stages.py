@@ -76,18 +76,18 @@ class SessionCheck:
         if ticket is None or principal is None:
             return
         rules = exchange.decision.session if exchange.decision is not None else NO_RULES
-        ticket.limits = self._settings.limits(principal, rules)
-        plan = self._settings.checkpoints(principal, ticket.workflow, rules)
-        if plan is not None and plan.mode == "compact":
-            await self._compact(exchange, ticket, plan)
-        elif plan is not None:
-            self._advise(exchange, ticket, plan)
-        ceiling = ticket.limits.max_input_tokens
+        ticket.limits, plan = limits, plan = self._settings.for_request(principal, ticket.workflow, rules)
+        if plan is not None:
+            if plan.mode == "compact":
+                await self._compact(exchange, ticket, plan)
+            else:
+                self._advise(exchange, ticket, plan)
+        ceiling = limits.max_input_tokens
         if ceiling is not None:
             tokens = typical_input_tokens(exchange.body)
             if tokens > ceiling:
                 raise input_ceiling_exceeded(tokens, ceiling)
-        if not self._metered and ticket.limits.capped:
+        if not self._metered and limits.capped:
             # Nothing reserves the caps here: they are held against the record read afresh,
             # not the worker's cached copy (what requests still in flight spend is not in it).
             ticket.record = await self._sessions.record(principal.tenant.name, ticket.key, fresh=True)

@@ -95,7 +95,7 @@ class Summarizer:
         finally:
             # The summary's decision (whatever came of it) is one taken in the session.
             if exchange.decision_id and parent.session is not None:
-                parent.session.summary_decisions.append(str(exchange.decision_id))
+                parent.session.summary_decisions += (str(exchange.decision_id),)
 
     async def _run(self, pipeline: Pipeline, exchange: Exchange) -> str:
         exchange.trace = self._tracer.begin(exchange)

@@ -33,7 +33,7 @@ def session_update(
     decision_id = exchange.decision_id
     decisions: tuple[str, ...] = (str(decision_id),) if decision_id else ()
     if ticket.summary_decisions:
-        decisions += tuple(ticket.summary_decisions)
+        decisions += ticket.summary_decisions
     if served is None:
         model = upstream = ""
         replica = 0

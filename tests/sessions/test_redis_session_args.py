@@ -7,7 +7,7 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.state.redis_sessions import encoded, folded
+from adapters.state.redis_sessions import _Fold, encoded, folded
 from gateway.sessions.records import Checkpoint, SessionUpdate
 
 _TEXT = st.sampled_from(["", "chat", "triage", "every_turns 8"])
@@ -45,3 +45,10 @@ _UPDATES = st.builds(
 @given(st.lists(_UPDATES, max_size=8))
 def test_the_scripts_argument_is_the_batchs_folds_as_json(updates: list[SessionUpdate]) -> None:
     assert orjson.loads(encoded(updates)) == folded(updates)
+
+
+@given(_UPDATES)
+def test_a_sessions_only_turn_in_a_batch_gives_what_folding_it_would(update: SessionUpdate) -> None:
+    fold = _Fold(update)
+    fold.add(update)
+    assert folded([update]) == [fold.args()]

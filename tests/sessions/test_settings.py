@@ -77,6 +77,28 @@ def test_checkpoints_go_from_the_top_level_to_the_tenant_to_the_workflow_to_the_
     assert (decided.mode, decided.every_turns, decided.summarizer) == ("compact", 3, "cheap")
 
 
+def test_a_requests_settings_are_the_limits_and_plan_whichever_order_requests_come_in() -> None:
+    settings = SessionSettings(config())
+    decided = SessionRules(max_tokens=5, checkpoint_mode="off")
+    asked = [
+        (principal("other"), "", NO_RULES),
+        (principal("acme"), "", NO_RULES),
+        (principal("acme", KEY), "", NO_RULES),
+        (principal("acme"), "review", NO_RULES),
+        (principal("acme", KEY), "review", decided),
+        (principal("acme"), "", decided),
+    ]
+    for _ in range(2):  # the second time from what the first kept
+        for who, workflow, rules in asked:
+            limits, plan = settings.for_request(who, workflow, rules)
+            assert limits == settings.limits(who, rules)
+            assert plan == settings.checkpoints(who, workflow, rules)
+    # Equal rules in another object (a decision not from the cache) get the same answer.
+    limits, plan = settings.for_request(principal("acme", KEY), "", SessionRules(max_tokens=5, checkpoint_mode="off"))
+    assert (limits, plan) == (SessionLimits(5, 5_000_000, 8000), None)
+    assert limits.capped and not SessionLimits(max_input_tokens=10).capped
+
+
 def test_a_decisions_session_object_is_parsed_strictly() -> None:
     decision = parse_decision(
         {
