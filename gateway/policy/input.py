@@ -18,9 +18,11 @@ import orjson
 from gateway.errors import InvalidRequest
 from gateway.exchange import Endpoint, Exchange
 from gateway.policy.defer import CAPACITY_OK
+from gateway.redaction.scrub import Settled
 from gateway.sessions.bands import NO_SESSION
 
 DATA_CLASS_HEADER = "x-data-class"
+_VARIABLE = ("request_id",)  # the document's one entry outside its cache key
 BUDGET_OK = "ok"  # the band without metering; with it also "soft_exceeded" and "exceeded"
 
 _DATA_CLASS = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -86,8 +88,11 @@ def build_input(
         "capacity": capacity,
     }
     key = orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
-    document["request_id"] = exchange.request_id
-    return PolicyInput(document, key)
+    # Its content is what the key says, but for the request id: the decision log's scrubber
+    # walks it once per shape rather than on every request.
+    settled = Settled(document, key, _VARIABLE)
+    settled["request_id"] = exchange.request_id
+    return PolicyInput(settled, key)
 
 
 def _tool_names(tools: Any) -> list[str]:

@@ -14,6 +14,11 @@ make a client's text Verbatim: hex a client chose can spell a card number.
 A scrubber remembers the short strings it found clean (a bounded table), since a log line
 repeats most of its values (tenant, model, upstream, route, status): a record whose strings
 were all seen before returns without a scan, and only unseen strings are scanned.
+
+A `Settled` dict is one whose content is fixed (a cached policy decision, the policy input
+of a cached shape): once a record holding it was found clean, the scrubber passes it without
+walking it again, but for the entries it names as variable (the decision log's record repeats
+such dicts of some dozens of strings on every request).
 """
 
 from __future__ import annotations
@@ -36,12 +41,33 @@ CLEAN_MAX_CHARS = 200
 """Only strings up to this length are remembered clean (ids, names, statuses, not messages)."""
 CLEAN_MAX_STRINGS = 4096
 """The table of clean strings is emptied when it holds this many."""
+CLEAN_MAX_SETTLED = 1024
+"""The table of Settled dicts found clean is emptied when it holds this many."""
 
 
 class Verbatim(str):
     """An id the gateway rendered as hex digits, and nothing else: never scrubbed."""
 
     __slots__ = ()
+
+
+class Settled(dict[str, Any]):
+    """A dict whose content is fixed, but for the entries named in `variable`.
+
+    `key`, when given, identifies that content exactly (bytes such as its canonical JSON,
+    Verbatim strings in the same places), so another dict with the same key is known clean
+    once one was; without a key the dict itself is remembered (it must then never change).
+    The scrubber walks a Settled dict whole the first time, then only its variable entries.
+    """
+
+    __slots__ = ("key", "variable")
+
+    def __init__(
+        self, content: dict[str, Any], key: bytes | None = None, variable: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(content)
+        self.key = key
+        self.variable = variable
 
 
 def marker(found: Found, value: str) -> str:
@@ -56,6 +82,9 @@ class Scrubber:
         # Strings known clean for this detector and these secrets: a property of the string
         # alone, so it holds for every later record. Only what is clean is kept.
         self._clean: dict[str, None] = {}
+        # Settled dicts found clean: by key, or by id (then holding the dict, so that its id
+        # is not reused while it is here).
+        self._settled: dict[object, Settled | None] = {}
         # Whether one scan of several strings joined says what scanning each would.
         self._joinable = all(
             separator_blind(pattern)
@@ -78,8 +107,11 @@ class Scrubber:
 
     def record(self, value: T) -> T:
         unseen: list[str] = []
-        _collect(value, self._clean, unseen)
+        walked: list[Settled] = []  # Settled dicts not known clean yet, walked whole
+        _collect(value, _Seen(self._clean, self._settled, walked), unseen)
         if not unseen:
+            if walked:
+                self._remember_settled(walked)
             return value
         if self._joinable:
             # One scan for all the unseen strings; only a record with something to hide is rebuilt.
@@ -91,7 +123,19 @@ class Scrubber:
             rebuilt: T = self._rebuilt(value)
             return rebuilt
         self._remember(unseen)
+        if walked:
+            self._remember_settled(walked)
         return value
+
+    def _remember_settled(self, walked: list[Settled]) -> None:
+        settled = self._settled
+        if len(settled) >= CLEAN_MAX_SETTLED:
+            settled.clear()
+        for item in walked:
+            if item.key is not None:
+                settled[item.key] = None
+            else:
+                settled[id(item)] = item
 
     def _remember(self, strings: Iterable[str]) -> None:
         clean = self._clean
@@ -218,18 +262,34 @@ def _class_nul_free(items: Any) -> bool:
     return holds == negated
 
 
-def _collect(value: Any, known: dict[str, None], into: list[str]) -> None:
-    """The strings in `value` (at any depth) that are not in `known`, into `into`."""
+class _Seen:
+    """What a walk of a record knows: the clean strings, the Settled dicts found clean, and
+    where it lists the Settled dicts it had to walk whole."""
+
+    __slots__ = ("settled", "strings", "walked")
+
+    def __init__(
+        self, strings: dict[str, None], settled: dict[object, Settled | None], walked: list[Settled]
+    ) -> None:
+        self.strings = strings
+        self.settled = settled
+        self.walked = walked
+
+
+def _collect(value: Any, seen: _Seen, into: list[str]) -> None:
+    """The strings in `value` (at any depth) that are not known clean, into `into`."""
     if isinstance(value, str):
-        if value not in known and type(value) is not Verbatim:
+        if value not in seen.strings and type(value) is not Verbatim:
             into.append(value)
+    elif type(value) is Settled:
+        _collect_settled(value, seen, seen.strings, into)
     elif isinstance(value, dict):
-        _collect_items(value.values(), known, into)
+        _collect_items(value.values(), seen, seen.strings, into)
     elif isinstance(value, _SEQUENCES):
-        _collect_items(value, known, into)
+        _collect_items(value, seen, seen.strings, into)
 
 
-def _collect_items(items: Iterable[Any], known: dict[str, None], into: list[str]) -> None:
+def _collect_items(items: Iterable[Any], seen: _Seen, known: dict[str, None], into: list[str]) -> None:
     # The exact types a record holds are tried first, and an empty container costs no call:
     # the decision log's record nests a dozen dicts and lists, several of them empty.
     for item in items:
@@ -241,17 +301,31 @@ def _collect_items(items: Iterable[Any], known: dict[str, None], into: list[str]
             continue
         elif kind is dict:
             if item:
-                _collect_items(item.values(), known, into)
+                _collect_items(item.values(), seen, known, into)
         elif kind is list or kind is tuple:
             if item:
-                _collect_items(item, known, into)
+                _collect_items(item, seen, known, into)
+        elif kind is Settled:
+            _collect_settled(item, seen, known, into)
         elif isinstance(item, str):
             if item not in known and kind is not Verbatim:
                 into.append(item)
         elif isinstance(item, dict):
-            _collect_items(item.values(), known, into)
+            _collect_items(item.values(), seen, known, into)
         elif isinstance(item, _SEQUENCES):
-            _collect_items(item, known, into)
+            _collect_items(item, seen, known, into)
+
+
+def _collect_settled(item: Settled, seen: _Seen, known: dict[str, None], into: list[str]) -> None:
+    key = item.key
+    clean = key in seen.settled if key is not None else seen.settled.get(id(item)) is item
+    if not clean:
+        seen.walked.append(item)
+        _collect_items(item.values(), seen, known, into)
+        return
+    variable = item.variable
+    if variable:
+        _collect_items([item.get(name) for name in variable], seen, known, into)
 
 
 # Tuples of types, not `X | Y` unions (slower in isinstance); the scalars a record holds most.

@@ -76,7 +76,8 @@ class SessionCheck:
         if ticket is None or principal is None:
             return
         rules = exchange.decision.session if exchange.decision is not None else NO_RULES
-        ticket.limits, plan = limits, plan = self._settings.for_request(principal, ticket.workflow, rules)
+        limits, plan = self._settings.for_request(principal, ticket.workflow, rules)
+        ticket.limits = limits
         if plan is not None:
             if plan.mode == "compact":
                 await self._compact(exchange, ticket, plan)

@@ -25,9 +25,7 @@ class SessionTicket:
     compacted: int = 0  # leading messages this request had replaced by a summary
     recorded: bool = False  # the settle carries the record's update (else the recorder writes it)
 
-    def __init__(
-        self, key: str, workflow: str, record: SessionRecord | None, bands: dict[str, str]
-    ) -> None:
+    def __init__(self, key: str, workflow: str, record: SessionRecord | None, bands: dict[str, str]) -> None:
         self.key = key
         self.workflow = workflow
         self.record = record

@@ -25,7 +25,7 @@ from gateway.policy.decision import Decision, MalformedDecision, parse_decision
 from gateway.policy.defer import capacity_fact, deferred, defers
 from gateway.policy.input import BUDGET_OK, PolicyInput, build_input, webhook_input
 from gateway.ports import AuditSink, EngineResult, PolicyEngine
-from gateway.redaction.scrub import Verbatim
+from gateway.redaction.scrub import Settled, Verbatim
 
 logger = logging.getLogger("tollgate.policy")
 
@@ -199,6 +199,7 @@ class Decide:
         result = await self._evaluate(policy_input.document, request_id)
         decision = self._parse(result, request_id)
         engine, cache = self._engine, self._cache
+        raw = result.value
         # Only an answer from the revision now serving is kept: one from before a reload is not.
         if (
             cache is not None
@@ -206,8 +207,10 @@ class Decide:
             and result.error is None
             and result.revision == engine.revision
         ):
-            cache.put(result.revision, policy_input.cache_key, decision, result.value)
-        return _Outcome(decision, result.value, result.revision, result.decision_id, cached=False)
+            if type(raw) is dict:  # the same object for every request the cache answers
+                raw = Settled(raw)
+            cache.put(result.revision, policy_input.cache_key, decision, raw)
+        return _Outcome(decision, raw, result.revision, result.decision_id, cached=False)
 
     async def _evaluate(self, document: dict[str, Any], request_id: str) -> EngineResult:
         try:

@@ -6,14 +6,18 @@ import io
 import logging
 
 import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.logs import JsonFormatter
 from gateway.redaction.detector import Catalog, Found, Verdicts
 from gateway.redaction.entities import BUILTIN, custom_pattern, literal_terms
 from gateway.redaction.scrub import (
     CLEAN_MAX_CHARS,
+    CLEAN_MAX_SETTLED,
     CLEAN_MAX_STRINGS,
     Scrubber,
+    Settled,
     Verbatim,
     scrub_record,
     scrub_text,
@@ -137,6 +141,113 @@ def test_what_is_not_clean_is_never_remembered() -> None:
     other = Scrubber(Catalog(BUILTIN).detector())
     assert other.text("key upstream-credential-123") == "key upstream-credential-123"
     assert scrubber.text("key upstream-credential-123") == "key [SECRET]"
+
+
+def _counting() -> tuple[Scrubber, list[str]]:
+    scanned: list[str] = []
+
+    class Counting(Catalog):
+        def find(self, text: str, names: frozenset[str], verdicts: Verdicts | None = None) -> list[Found]:
+            scanned.append(text)
+            return super().find(text, names, verdicts)
+
+    return Scrubber(Counting(BUILTIN).detector()), scanned
+
+
+LONG = "a clean paragraph " * 20  # too long to be remembered clean: scanned wherever it is walked
+
+
+def test_a_settled_dict_found_clean_is_walked_again_only_for_its_variable_entries() -> None:
+    scrubber, scanned = _counting()
+
+    def document(request_id: str) -> Settled:
+        return Settled({"text": LONG, "tools": ["a"], "request_id": request_id}, b"shape-1", ("request_id",))
+
+    assert scrubber.record({"input": document("req_1"), "n": 1})["input"]["text"] == LONG
+    assert len(scanned) == 1
+    assert scrubber.record({"input": document("req_2"), "n": 2}) == {"input": document("req_2"), "n": 2}
+    assert scanned[1:] == ["req_2"]  # the fixed content not walked, the request id scanned
+    masked = scrubber.record({"input": document("jane.doe@example.com")})
+    assert masked == {"input": {"text": LONG, "tools": ["a"], "request_id": "[EMAIL]"}}
+    # A plain dict of the same content is walked every time.
+    before = sum(LONG in text for text in scanned)
+    plain = {"text": LONG, "request_id": "req_3"}
+    scrubber.record(plain)
+    scrubber.record(plain)
+    assert sum(LONG in text for text in scanned) == before + 2
+
+
+def test_a_settled_dict_with_something_to_hide_is_scrubbed_every_time() -> None:
+    scrubber, _ = _counting()
+    for _ in range(3):
+        dirty = Settled({"text": "mail jane.doe@example.com", "ok": "fine"}, b"shape-2")
+        assert scrubber.record({"input": dirty}) == {"input": {"text": "mail [EMAIL]", "ok": "fine"}}
+    # Another key is not known clean because one was.
+    assert scrubber.record(Settled({"ok": "fine"}, b"shape-3")) == {"ok": "fine"}
+    assert scrubber.record(Settled({"ok": "card 4111 1111 1111 1111"}, b"shape-4")) == {
+        "ok": "card [CREDIT_CARD]"
+    }
+
+
+def test_a_settled_dict_without_a_key_is_known_clean_as_that_very_dict() -> None:
+    scrubber, scanned = _counting()
+    shared = Settled({"text": LONG, "nested": {"list": ["x"]}})
+    record = {"decision": shared, "id": Verbatim("ab12")}
+    assert scrubber.record(record) is record
+    assert scrubber.record({"decision": shared}) == {"decision": shared}
+    assert sum(LONG in text for text in scanned) == 1
+    other = Settled({"text": LONG, "nested": {"list": ["x"]}})  # equal, but another dict: walked
+    scrubber.record({"decision": other})
+    assert sum(LONG in text for text in scanned) == 2
+    dirty = Settled({"text": "mail jane.doe@example.com"})
+    assert scrubber.record({"decision": dirty}) == {"decision": {"text": "mail [EMAIL]"}}
+
+
+def test_the_table_of_settled_dicts_found_clean_is_bounded() -> None:
+    scrubber = Scrubber(Catalog(BUILTIN).detector())
+    for n in range(3 * CLEAN_MAX_SETTLED):
+        scrubber.record({"input": Settled({"n": f"value {n}"}, b"shape %d" % n)})
+        assert len(scrubber._settled) <= CLEAN_MAX_SETTLED
+
+
+_TEXTS = st.sampled_from(
+    ["ok", "acme", LONG, "jane.doe@example.com", "card 4111 1111 1111 1111", "AKIAIOSFODNN7EXAMPLE", "req_9"]
+)
+_PLAIN = st.recursive(
+    _TEXTS | st.integers(0, 9) | st.none(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("abcd"), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+def _settled(content: dict[str, object], variable: tuple[str, ...], keyed: bool) -> Settled:
+    fixed = {name: value for name, value in content.items() if name not in variable}
+    key = orjson.dumps(fixed, option=orjson.OPT_SORT_KEYS) if keyed else None
+    return Settled(content, key, variable)
+
+
+_RECORDS = st.lists(
+    st.tuples(
+        st.dictionaries(st.sampled_from("abcd"), _PLAIN, max_size=4),
+        st.lists(st.sampled_from("abcd"), max_size=2, unique=True).map(tuple),
+        st.booleans(),
+        _TEXTS,
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_RECORDS)
+def test_settled_dicts_are_scrubbed_as_plain_ones_would_be(records: list[tuple]) -> None:
+    """Whatever came before: a scrubber that has seen Settled dicts masks what the plain
+    scrub masks in the same record made of plain dicts."""
+    scrubber = Scrubber(Catalog(BUILTIN).detector())
+    for content, variable, keyed, outside in records * 2:
+        record = {"input": _settled(content, variable, keyed), "outside": outside}
+        plain = orjson.loads(orjson.dumps(record))
+        assert scrubber.record(record) == scrub_record(plain)
 
 
 def test_the_table_of_clean_strings_is_bounded() -> None:

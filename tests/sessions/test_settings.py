@@ -94,7 +94,8 @@ def test_a_requests_settings_are_the_limits_and_plan_whichever_order_requests_co
             assert limits == settings.limits(who, rules)
             assert plan == settings.checkpoints(who, workflow, rules)
     # Equal rules in another object (a decision not from the cache) get the same answer.
-    limits, plan = settings.for_request(principal("acme", KEY), "", SessionRules(max_tokens=5, checkpoint_mode="off"))
+    equal = SessionRules(max_tokens=5, checkpoint_mode="off")
+    limits, plan = settings.for_request(principal("acme", KEY), "", equal)
     assert (limits, plan) == (SessionLimits(5, 5_000_000, 8000), None)
     assert limits.capped and not SessionLimits(max_input_tokens=10).capped
 
