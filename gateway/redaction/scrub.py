@@ -108,7 +108,7 @@ class Scrubber:
     def record(self, value: T) -> T:
         unseen: list[str] = []
         walked: list[Settled] = []  # Settled dicts not known clean yet, walked whole
-        _collect(value, _Seen(self._clean, self._settled, walked), unseen)
+        _collect(value, (self._settled, walked), self._clean, unseen)
         if not unseen:
             if walked:
                 self._remember_settled(walked)
@@ -262,31 +262,22 @@ def _class_nul_free(items: Any) -> bool:
     return holds == negated
 
 
-class _Seen:
-    """What a walk of a record knows: the clean strings, the Settled dicts found clean, and
-    where it lists the Settled dicts it had to walk whole."""
-
-    __slots__ = ("settled", "strings", "walked")
-
-    def __init__(
-        self, strings: dict[str, None], settled: dict[object, Settled | None], walked: list[Settled]
-    ) -> None:
-        self.strings = strings
-        self.settled = settled
-        self.walked = walked
+# What a walk of a record knows besides the clean strings: the Settled dicts found clean, and
+# where it lists those it had to walk whole.
+_Seen = tuple[dict[object, "Settled | None"], list["Settled"]]
 
 
-def _collect(value: Any, seen: _Seen, into: list[str]) -> None:
+def _collect(value: Any, seen: _Seen, known: dict[str, None], into: list[str]) -> None:
     """The strings in `value` (at any depth) that are not known clean, into `into`."""
     if isinstance(value, str):
-        if value not in seen.strings and type(value) is not Verbatim:
+        if value not in known and type(value) is not Verbatim:
             into.append(value)
     elif type(value) is Settled:
-        _collect_settled(value, seen, seen.strings, into)
+        _collect_settled(value, seen, known, into)
     elif isinstance(value, dict):
-        _collect_items(value.values(), seen, seen.strings, into)
+        _collect_items(value.values(), seen, known, into)
     elif isinstance(value, _SEQUENCES):
-        _collect_items(value, seen, seen.strings, into)
+        _collect_items(value, seen, known, into)
 
 
 def _collect_items(items: Iterable[Any], seen: _Seen, known: dict[str, None], into: list[str]) -> None:
@@ -317,15 +308,14 @@ def _collect_items(items: Iterable[Any], seen: _Seen, known: dict[str, None], in
 
 
 def _collect_settled(item: Settled, seen: _Seen, known: dict[str, None], into: list[str]) -> None:
+    settled, walked = seen
     key = item.key
-    clean = key in seen.settled if key is not None else seen.settled.get(id(item)) is item
-    if not clean:
-        seen.walked.append(item)
-        _collect_items(item.values(), seen, known, into)
+    if key in settled if key is not None else settled.get(id(item)) is item:
+        for name in item.variable:
+            _collect_items((item.get(name),), seen, known, into)
         return
-    variable = item.variable
-    if variable:
-        _collect_items([item.get(name) for name in variable], seen, known, into)
+    walked.append(item)
+    _collect_items(item.values(), seen, known, into)
 
 
 # Tuples of types, not `X | Y` unions (slower in isinstance); the scalars a record holds most.
