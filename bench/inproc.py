@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 
-def least_of_child(tree: Path, script: str, argv: list[str]) -> float:
-    """`script` run as `__main__` with `argv` in a fresh process, `tree` first on its path;
-    the least of the figures it prints (a JSON list, its last line)."""
+def run_child(tree: Path | str, script: str, argv: list[str]) -> str:
+    """`script` run as `__main__` with `argv` in a fresh process, `tree` first on its path
+    (by its path: the other tree's `bench` package may not have it); what it printed."""
     code = (
         f"import runpy, sys; sys.path.insert(0, {str(tree)!r}); "
         f"sys.argv = {[Path(script).stem, *argv]!r}; runpy.run_path({script!r}, run_name='__main__')"
@@ -28,7 +28,13 @@ def least_of_child(tree: Path, script: str, argv: list[str]) -> float:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{tree} {' '.join(argv)}: {done.stderr.strip()[-800:]}")
-    return float(min(json.loads(done.stdout.strip().splitlines()[-1])))
+    return done.stdout
+
+
+def least_of_child(tree: Path, script: str, argv: list[str]) -> float:
+    """`script` run as `__main__` with `argv` in a fresh process, `tree` first on its path;
+    the least of the figures it prints (a JSON list, its last line)."""
+    return float(min(json.loads(run_child(tree, script, argv).strip().splitlines()[-1])))
 
 
 @contextmanager

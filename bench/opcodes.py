@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -79,16 +78,21 @@ def child(pipeline: str, port: int, requests: int, out: str) -> None:
 
 def counted(tree: Path, pipeline: str, port: int, requests: int, tmp: Path) -> dict[str, float]:
     """Opcodes per request by function, counted in a fresh process with `tree` first on its path."""
+    from bench.inproc import run_child
+
     out = tmp / f"{tree.name}-{pipeline}.json"
-    code = (
-        f"import runpy, sys; sys.path.insert(0, {str(tree)!r}); "
-        f"sys.argv = ['opcodes', '--child', '--pipeline', {pipeline!r}, '--port', '{port}', "
-        f"'--requests', '{requests}', '--out', {str(out)!r}]; "
-        f"runpy.run_path({__file__!r}, run_name='__main__')"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"{tree}: {done.stderr.strip()[-800:]}")
+    argv = [
+        "--child",
+        "--pipeline",
+        pipeline,
+        "--port",
+        str(port),
+        "--requests",
+        str(requests),
+        "--out",
+        str(out),
+    ]
+    run_child(tree, __file__, argv)
     found = json.loads(out.read_text())
     return {name: count / found["requests"] for name, count in found["counts"].items()}
 

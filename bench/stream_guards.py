@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -109,15 +107,11 @@ def measure(
 def _child(tree: str, argv: list[str]) -> list[float]:
     """This file run in a fresh process with `tree` first on its path (by its path: the
     other tree's `bench` package may not have it)."""
-    code = (
-        f"import runpy, sys; sys.path.insert(0, {tree!r}); "
-        f"sys.argv = ['stream_guards', '--child', *{argv!r}]; "
-        f"runpy.run_path({__file__!r}, run_name='__main__')"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"{tree}: {done.stderr.strip()[-800:]}")
-    return [float(x) for x in json.loads(done.stdout.strip().splitlines()[-1])]
+    from bench.inproc import run_child
+
+    return [
+        float(x) for x in json.loads(run_child(tree, __file__, ["--child", *argv]).strip().splitlines()[-1])
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
