@@ -332,17 +332,11 @@ def folded(updates: Iterable[SessionUpdate]) -> list[list[str | int]]:
     and last served turn's input (for the record's first input and last growth), the last
     model, workflow and due reason given. A session whose bounds or idle time change within
     the batch (a config reload) starts a new fold there."""
-    updates = list(updates)
-    if len({update.session for update in updates}) == len(updates):  # the usual batch: one turn a session
-        return [_one(update) for update in updates]
     by_session: dict[str, list[SessionUpdate]] = {}
     for update in updates:
         by_session.setdefault(update.session, []).append(update)
     out: list[list[str | int]] = []
     for turns in by_session.values():
-        if len(turns) == 1:
-            out.append(_one(turns[0]))
-            continue
         fold = _Fold(turns[0])
         for update in turns:
             if fold.bounds != (update.max_decisions, update.max_checkpoints, update.idle_s):
@@ -351,34 +345,6 @@ def folded(updates: Iterable[SessionUpdate]) -> list[list[str | int]]:
             fold.add(update)
         out.append(fold.args())
     return out
-
-
-def _one(u: SessionUpdate) -> list[str | int]:
-    """A fold of `u` alone (`_Fold`'s arguments for it), written out."""
-    served = u.turn != 0
-    checkpoint = u.checkpoint
-    return [
-        u.session,
-        u.turn,
-        u.input_tokens,
-        u.cached_tokens,
-        u.output_tokens,
-        u.cost_micros,
-        u.input_tokens if served else 0,  # first
-        0,  # previous
-        u.input_tokens if served else 0,  # last
-        u.model,
-        u.upstream if u.model else "",
-        u.replica if u.model else 0,
-        u.workflow,
-        " ".join(u.decision_ids),
-        max(1, u.max_decisions),
-        max(1, u.idle_s * 1000),
-        u.due,
-        u.turn if u.due else 0,
-        orjson.dumps(_row(checkpoint)).decode() if checkpoint is not None else "",
-        max(1, u.max_checkpoints),
-    ]
 
 
 class _Fold:

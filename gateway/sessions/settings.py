@@ -50,14 +50,11 @@ class SessionSettings:
         }
         self._default_checkpoints = sessions.checkpoints
         self._workflows = dict(sessions.workflows)
-        # (tenant, workflow, id of the decision's rules) -> (those rules, plan): tenants and
-        # workflows are bounded (configured, "other", "default"), and decisions are cached, so
-        # the same rules object comes back request after request. Kept by identity (the entry
-        # holds the rules, so the id is not reused while it is there): no hash of the rules
-        # per request.
-        self._plans: dict[tuple[str, str, int], tuple[SessionRules, CheckpointPlan | None]] = {}
         # (key id, tenant, workflow, id of the decision's rules) -> (those rules, limits, plan):
-        # what a request's session stage asks, in one look-up (keys are bounded too)
+        # keys, tenants and workflows are bounded (configured, "other", "default"), and
+        # decisions are cached, so the same rules object comes back request after request.
+        # Kept by identity (the entry holds the rules, so the id is not reused while it is
+        # there): no hash of the rules per request.
         self._settled: dict[
             tuple[str, str, str, int], tuple[SessionRules, SessionLimits, CheckpointPlan | None]
         ] = {}
@@ -71,7 +68,7 @@ class SessionSettings:
         found = self._settled.get(key)
         if found is not None and found[0] is rules:
             return found[1], found[2]
-        if len(self._settled) >= _MAX_PLANS:
+        if len(self._settled) >= _MAX_PLANS:  # a policy whose rules never repeat
             self._settled.clear()
         limits = self.limits(principal, rules)
         plan = self.checkpoints(principal, workflow, rules)
@@ -92,16 +89,7 @@ class SessionSettings:
 
     def checkpoints(self, principal: Principal, workflow: str, rules: SessionRules) -> CheckpointPlan | None:
         """The request's checkpoint plan; None when checkpoints are off for it."""
-        tenant = principal.tenant.name
-        key = (tenant, workflow, id(rules))
-        found = self._plans.get(key)
-        if found is not None and found[0] is rules:
-            return found[1]
-        if len(self._plans) >= _MAX_PLANS:  # a policy whose rules never repeat
-            self._plans.clear()
-        plan = self._plan(tenant, workflow, rules)
-        self._plans[key] = (rules, plan)
-        return plan
+        return self._plan(principal.tenant.name, workflow, rules)
 
     def _plan(self, tenant: str, workflow: str, rules: SessionRules) -> CheckpointPlan | None:
         config = self._workflows.get(workflow) or self._tenant_checkpoints.get(
