@@ -20,6 +20,7 @@ import os
 import re
 from typing import Literal
 
+from gateway.random_ids import random_hex
 from gateway.redaction.scrub import Verbatim
 
 _WELL_FORMED = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}")
@@ -30,7 +31,7 @@ UpstreamIdFormat = Literal["uuid", "gateway"]
 def request_id_from(client_value: str | None) -> str:
     if client_value and _WELL_FORMED.fullmatch(client_value):
         return client_value
-    return Verbatim("req_" + os.urandom(16).hex())
+    return Verbatim("req_" + random_hex(16))
 
 
 class UpstreamIds:

@@ -15,7 +15,6 @@ Rate limits and budgets are taken in one atomic store call: all of them, or none
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime
@@ -34,6 +33,7 @@ from gateway.metering.records import BudgetCharge, RateCharge, ReserveOutcome, R
 from gateway.metering.ticket import MeterTicket
 from gateway.output_limit import note_output_limit
 from gateway.ports import StateStore
+from gateway.random_ids import random_hex
 from gateway.sessions import charges as session_caps
 
 logger = logging.getLogger("tollgate.metering")
@@ -85,7 +85,7 @@ class Meter:
         if principal is None:
             raise RuntimeError("meter runs after admit: the request has no principal")
         plan = self._plans.for_principal(principal)
-        ticket = MeterTicket(os.urandom(16).hex(), plan, self._periods())
+        ticket = MeterTicket(random_hex(16), plan, self._periods())
         exchange.meter = ticket
         key = exchange.headers.get(IDEMPOTENCY_HEADER)
         try:

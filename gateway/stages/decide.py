@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from gateway.policy.decision import Decision, MalformedDecision, parse_decision
 from gateway.policy.defer import capacity_fact, deferred, defers
 from gateway.policy.input import BUDGET_OK, PolicyInput, build_input, webhook_input
 from gateway.ports import AuditSink, EngineResult, PolicyEngine
+from gateway.random_ids import random_hex
 from gateway.redaction.scrub import Settled, Verbatim
 
 logger = logging.getLogger("tollgate.policy")
@@ -104,7 +104,7 @@ class Decide:
         decision = outcome.decision
         exchange.decision = decision
         # Minted here: Verbatim, so the decision log (scrubbed) and spans show the same id.
-        exchange.decision_id = outcome.decision_id or Verbatim(os.urandom(16).hex())
+        exchange.decision_id = outcome.decision_id or Verbatim(random_hex(16))
         exchange.policy_revision = outcome.revision
         defer = decision.allow and defers(exchange, decision.defer)
         if self._audit is not None:
@@ -149,7 +149,7 @@ class Decide:
             self.counts.denied += 1
         if self._audit is not None:
             latency_ms = round((self._clock() - started) * 1000, 3)
-            decision_id = outcome.decision_id or Verbatim(os.urandom(16).hex())
+            decision_id = outcome.decision_id or Verbatim(random_hex(16))
             key_id = principal.key_id if principal is not None else None
             await self._audit.append(
                 _record(
