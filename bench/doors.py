@@ -1,6 +1,6 @@
 """What a door's translation costs, over the chat door, in CPU per request, in one run.
 
-    python -m bench.doors [--quick] [--no-doc]
+    python -m bench.doors [--quick] [--no-doc] [--loaded] [--cold]
 
 - translation (in process, the figure the target is on): for one request of each door, the
   door's own work: its body turned into the internal chat body (`Door.request`), and the
@@ -9,14 +9,19 @@
   (nothing to translate, the chunks relayed as they came) is measured the same way, in the
   same rounds, and subtracted. The chunks arrive parsed, as the usage guard leaves them in
   the pipeline (which records the usage chunk and keeps it from clients that did not ask for
-  it: the doors do not ask, they read the recorded usage). CPU time (`time.process_time`),
-  medians of interleaved rounds.
+  it: the doors do not ask, they read the recorded usage), each looked at first as the
+  produced-text count looks at every chunk (`Chunk.text_delta`, kept on the chunk; the same
+  for every door). CPU time (`time.process_time`), medians of interleaved rounds.
 - end to end: one gateway worker in front of the simulator (zero-latency mode); the same
   conversation through each door in turn, sequentially on a keep-alive connection, non-streamed
   and streamed; the worker's CPU per request (utime + stime from /proc) for each door.
   Medians of interleaved rounds; noisier than the first, since it also counts the gateway's
   whole pipeline, which is the same for every door. A worker idle between two requests runs
   each with its caches cold, the door's code included: the least favourable case.
+- caches cold (`--cold`): the first measure's door calls, each after `COLD_KIB` of memory
+  was written (this machine's L2 per core), the stream shaped as the simulator's answer to
+  the end-to-end bench (a tool call in five chunks): a worker runs a door's calls among the
+  pipeline's, which evicts them, and this reproduces the end-to-end excess in process.
 - under load (`--loaded`): the same worker loaded by wrk (`LOADED_CONNECTIONS` connections,
   a few seconds per door and mode, the doors in turn, rounds interleaved), as a gateway
   serving many agents runs; the gateway's CPU per request of each run, medians of the rounds.
@@ -146,10 +151,29 @@ def _call_chunks() -> list[dict[str, Any]]:
     return out
 
 
+def _short_call_chunks() -> list[dict[str, Any]]:
+    """The streamed tool call the simulator answers the end-to-end bench's body with: a role
+    chunk, the call's opening, its arguments in two pieces, the finish."""
+    envelope = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "sim-model"}
+    function = {"name": "get_weather", "arguments": ""}
+    call = {"index": 0, "id": "call_1", "type": "function", "function": function}
+    deltas: list[dict[str, Any]] = [
+        {"role": "assistant", "content": None},
+        {"tool_calls": [call]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": '"alpha"}'}}]},
+    ]
+    out = [{**envelope, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in deltas]
+    out.append({**envelope, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    return out
+
+
 CHUNKS = {
     "streamed text": [(orjson.dumps(c), c) for c in _chunks()],
     "streamed tool call": [(orjson.dumps(c), c) for c in _call_chunks()],
 }
+SHORT_CALL = [(orjson.dumps(c), c) for c in _short_call_chunks()]
+COLD_KIB = 2048  # written between a door's calls: this machine's L2 cache per core
 MODES = ("non-streamed", *CHUNKS)
 PRINCIPAL = Principal(Tenant("bench"), "k-bench")
 
@@ -177,7 +201,9 @@ async def _one(door: Door, mode: str) -> None:
         return
     encoder = door.stream(exchange)
     for raw, data in CHUNKS[mode]:
-        encoder.chunk(Chunk(raw, data))
+        chunk = Chunk(raw, data)
+        chunk.text_delta()  # the produced-text count's look, the first guard's in the pipeline
+        encoder.chunk(chunk)
     await encoder.done()
 
 
@@ -204,6 +230,58 @@ def translation(rounds: int, per_round: int) -> dict[str, dict[str, float]]:
     finally:
         loop.close()
     return {mode: {name: statistics.median(samples[(name, mode)]) for name in doors} for mode in MODES}
+
+
+def _finished(coroutine: Any) -> Any:
+    """A coroutine that never suspends (a door's, with nothing stored), run to its value."""
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        return stop.value
+    raise harness.BenchError("a door's coroutine suspended")
+
+
+def cold_caches(rounds: int, per_round: int) -> dict[str, dict[str, float]]:
+    """CPU µs per request of each door's own work with its caches cold: `COLD_KIB` written
+    between each two of its calls (the request, each chunk, the end), as a worker's pipeline
+    runs between them. Only the door's calls are timed (`time.thread_time_ns`); medians over
+    interleaved rounds."""
+    doors = _doors()
+    evict = bytearray(COLD_KIB << 10)
+    ones = b"\1" * (len(evict) // 64)
+    modes = {
+        "non-streamed": [],
+        "streamed text": CHUNKS["streamed text"],
+        "streamed tool call (5 chunks)": SHORT_CALL,
+    }
+    samples: dict[tuple[str, str], list[float]] = {(n, m): [] for n in doors for m in modes}
+
+    def timed(call: Any, *args: Any) -> int:
+        evict[::64] = ones
+        began = time.thread_time_ns()
+        call(*args)
+        return time.thread_time_ns() - began
+
+    def one(door: Door, chunks: list[tuple[bytes, dict[str, Any]]]) -> int:
+        exchange = _exchange(door)
+        body = orjson.loads(RAW[door.api])
+        spent = timed(lambda: _finished(door.request(body, exchange)))
+        if not chunks:
+            answer = orjson.loads(orjson.dumps(ANSWER)) | {"model": "chat"}
+            return spent + timed(lambda: _finished(door.response(exchange, answer)))
+        encoder = door.stream(exchange)
+        for raw, _ in chunks:
+            chunk = Chunk(raw, orjson.loads(raw))
+            chunk.text_delta()  # the produced-text count's look
+            spent += timed(encoder.chunk, chunk)
+        return spent + timed(lambda: _finished(encoder.done()))
+
+    for _ in range(rounds):
+        for mode, chunks in modes.items():
+            for name, door in doors.items():
+                total = sum(one(door, chunks) for _ in range(per_round))
+                samples[(name, mode)].append(total / per_round / 1e3)
+    return {mode: {name: statistics.median(samples[(name, mode)]) for name in doors} for mode in modes}
 
 
 def _gateway_config(sim_port: int, port: int, key_hash: str, tmp: Path) -> dict[str, Any]:
@@ -352,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--loaded", action="store_true", help="also end to end under wrk's load")
+    parser.add_argument("--cold", action="store_true", help="also the doors' work with their caches cold")
     args = parser.parse_args(argv)
     rounds = 5 if args.quick else 9
     meta = harness.run_meta(argv)
@@ -359,7 +438,14 @@ def main(argv: list[str] | None = None) -> int:
         inproc = translation(rounds, 300 if args.quick else 1000)
         e2e = end_to_end(300 if args.quick else 1500)
         under_load = loaded(3 if args.quick else 5, 3.0) if args.loaded else None
-    payload = {"meta": meta, "translation_us": inproc, "end_to_end_cpu_us": e2e, "loaded_cpu_us": under_load}
+        cold = cold_caches(5 if args.quick else 9, 150) if args.cold else None
+    payload = {
+        "meta": meta,
+        "translation_us": inproc,
+        "end_to_end_cpu_us": e2e,
+        "loaded_cpu_us": under_load,
+        "cold_translation_us": cold,
+    }
     harness.save_results("doors", payload)
     print(json.dumps(payload, indent=2))
     markdown = "\n".join(
@@ -395,6 +481,18 @@ def main(argv: list[str] | None = None) -> int:
                     *_table(under_load, target=False),
                 ]
                 if under_load is not None
+                else []
+            ),
+            *(
+                [
+                    "",
+                    f"With its caches cold (`--cold`: {COLD_KIB} KiB written between each two of a door's",
+                    "calls, as a worker's pipeline runs between them; only the door's calls timed, each",
+                    "with two clock reads, so compare the differences):",
+                    "",
+                    *_table(cold, target=False),
+                ]
+                if cold is not None
                 else []
             ),
         ]

@@ -51,7 +51,7 @@ def array(value: Any, param: str) -> list[Any]:
 
 
 def positive_int(value: Any, param: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if value.__class__ is not int or value < 1:  # JSON's integers (a bool's class is bool)
         raise invalid(param, "must be a positive integer")
     return value
 
@@ -72,10 +72,12 @@ def function_head(tool: dict[str, Any], index: int) -> dict[str, Any]:
     """A tool's `name` and `description` as chat's `function` begins; its fields' names are
     formatted only for an error."""
     name = tool.get("name")
+    description = tool.get("description")
+    if name.__class__ is str and description.__class__ is str:  # the usual tool
+        return {"name": name, "description": description}
     if not isinstance(name, str):
         name = text(name, f"tools[{index}].name")  # raises: missing, or not a string
     function: dict[str, Any] = {"name": name}
-    description = tool.get("description")
     if description is not None:
         if not isinstance(description, str):
             raise invalid(f"tools[{index}].description", "must be a string")

@@ -8,7 +8,6 @@ envelope and status conventions. A Tollgate key is accepted in `x-api-key` or in
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from gateway.doors.base import StreamEncoder
 from gateway.doors.messages_request import chat_body
 from gateway.errors import GatewayError, UpstreamUnavailable
 from gateway.exchange import Endpoint, Exchange, Usage
+from gateway.random_ids import random_hex
 
 PATH = "/v1/messages"
 STOP_REASONS = {
@@ -63,7 +63,7 @@ class MessagesDoor:
     async def request(self, body: dict[str, Any], exchange: Exchange) -> dict[str, Any]:
         chat = chat_body(body)
         exchange.door_state = MessagesState(
-            message_id=exchange.job_id or f"msg_{secrets.token_hex(12)}",
+            message_id=exchange.job_id or f"msg_{random_hex(12)}",
             thinking="reasoning_effort" in chat,  # set from `thinking` alone, when it is on
             stop_sequences=tuple(chat.get("stop", ())),
         )
@@ -116,7 +116,7 @@ def message(exchange: Exchange, body: dict[str, Any]) -> dict[str, Any]:
             content.append(
                 {
                     "type": "tool_use",
-                    "id": call.get("id") or f"toolu_{secrets.token_hex(12)}",
+                    "id": call.get("id") or f"toolu_{random_hex(12)}",
                     "name": function.get("name") or "",
                     "input": tool_input(function.get("arguments")),
                 }

@@ -35,6 +35,7 @@ from gateway.doors.fields import (
 
 _ROLES = ("user", "assistant")
 _PASSED = ("temperature", "top_p", "top_k")
+_PASSED_SET = frozenset(_PASSED)
 _REFUSED = {
     "mcp_servers": "MCP servers run by the API",
     "container": "Code-execution containers",
@@ -67,9 +68,11 @@ def chat_body(body: dict[str, Any], *, for_count: bool = False) -> dict[str, Any
         raise missing("model")
     if not isinstance(model, str) or not model:
         raise invalid("model", "must be a non-empty string")
-    for name, what in _REFUSED.items():
-        if body.get(name) is not None:
-            raise unsupported(name, what)
+    usual = _USUAL.issuperset(body)  # the refused fields and extensions are not usual ones
+    if not usual:
+        for name, what in _REFUSED.items():
+            if body.get(name) is not None:
+                raise unsupported(name, what)
     out: dict[str, Any] = {"model": model}
     if not for_count:
         if body.get("max_tokens") is None:
@@ -93,9 +96,10 @@ def chat_body(body: dict[str, Any], *, for_count: bool = False) -> dict[str, Any
             text(sequence, f"stop_sequences[{index}]")
         if sequences:
             out["stop"] = sequences
-    for name in _PASSED:
-        if body.get(name) is not None:
-            out[name] = number(body[name], name)
+    if not _PASSED_SET.isdisjoint(body):
+        for name in _PASSED:
+            if body.get(name) is not None:
+                out[name] = number(body[name], name)
     metadata = body.get("metadata")
     if metadata is not None:
         user = obj(metadata, "metadata").get("user_id")
@@ -111,7 +115,7 @@ def chat_body(body: dict[str, Any], *, for_count: bool = False) -> dict[str, Any
         # No `stream_options.include_usage`: the gateway asks the upstream for usage itself and
         # records it (UsageGuard); the encoders read it there, so the usage chunk never reaches them.
         out["stream"] = True
-    if not _USUAL.issuperset(body):
+    if not usual:
         copy_extensions(body, out)
     return out
 

@@ -13,7 +13,8 @@ changes (an index, the message's id and model, the stop reason and usage).
 
 from __future__ import annotations
 
-import secrets
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -25,6 +26,7 @@ from gateway.doors.sse import named_event
 from gateway.errors import GatewayError
 from gateway.exchange import Exchange
 from gateway.ports import Chunk
+from gateway.random_ids import random_hex
 
 _PING = named_event("ping", {"type": "ping"})
 _MESSAGE_START = (
@@ -46,6 +48,7 @@ _MESSAGE_DELTA = (
 _MESSAGE_STOP = named_event("message_stop", {"type": "message_stop"})
 _FAST: dict[str, MoreReader] = {"text": more_text, "tool_use": more_arguments}  # what a fast chunk may add
 _DELTA_TAIL = b"}}\n\n"
+_NO_FINISH: Mapping[str, Any] = MappingProxyType({})
 _DELTA_HEADS = {  # a block's delta event up to its text: (index)
     kind: b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%%d,'
     b'"delta":{"type":"%s","%s":' % (delta_type, field)
@@ -75,32 +78,31 @@ class MessagesStream:
         self._state: MessagesState = exchange.door_state
         self._started = False
         self._block: str | None = None  # "text", "thinking" or "tool_use": the open block
-        self._tool = -1  # the chat index of the open tool call
+        self._tool: Any = -1  # the chat index of the open tool call
         self._next = 0  # the next block's index
-        self._finish: dict[str, Any] = {}
+        self._finish: Mapping[str, Any] = _NO_FINISH  # the finishing choice
         self._delta_head = b""  # the open block's delta event, up to its text
         self._fast: MoreReader | None = None  # reads what a chunk adds to the open block
 
     def chunk(self, chunk: Chunk) -> bytes:
-        data = chunk.data
         fast = self._fast
         if fast is not None:
-            more = fast(data, self._tool)
+            more = fast(chunk, self._tool)
             if more is not None:  # the common case: more text, or more arguments, for the open block
                 return self._delta_head + dumps(more) + _DELTA_TAIL
         out: list[bytes] = []
         if not self._started:
             out.append(self._start())
-        for choice in data.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
+        for choice in chunk.data.get("choices") or ():
+            if choice.__class__ is not dict or choice.get("index"):
+                continue  # only the first choice (index 0 or left out) is translated
             delta = choice.get("delta")
-            if isinstance(delta, dict) and delta:
+            if delta and delta.__class__ is dict:
                 self._delta(delta, out)
-            if isinstance(choice.get("finish_reason"), str):
+            if choice.get("finish_reason").__class__ is str:
                 self._close(out)
                 self._finish = choice
-        return b"".join(out)
+        return out[0] if len(out) == 1 else b"".join(out)
 
     async def done(self) -> bytes:
         out: list[bytes] = [] if self._started else [self._start()]
@@ -126,14 +128,20 @@ class MessagesStream:
             if isinstance(reasoning, str) and reasoning:
                 self._open("thinking", out)
                 out.append(self._delta_head + dumps(reasoning) + _DELTA_TAIL)
-        for field in ("content", "refusal"):
-            text = delta.get(field)
-            if isinstance(text, str) and text:
+        text = delta.get("content")
+        if text and text.__class__ is str:
+            self._open("text", out)
+            out.append(self._delta_head + dumps(text) + _DELTA_TAIL)
+        if "refusal" in delta:
+            text = delta["refusal"]
+            if text and text.__class__ is str:
                 self._open("text", out)
                 out.append(self._delta_head + dumps(text) + _DELTA_TAIL)
-        for call in delta.get("tool_calls") or ():
-            if isinstance(call, dict):
-                self._call(call, out)
+        calls = delta.get("tool_calls")
+        if calls:
+            for call in calls:
+                if call.__class__ is dict:
+                    self._call(call, out)
 
     def _call(self, call: dict[str, Any], out: list[bytes]) -> None:
         index = call.get("index", 0)
@@ -142,7 +150,7 @@ class MessagesStream:
         if self._block != "tool_use" or index != self._tool:
             self._close(out)
             self._tool = index
-            tool_id = call.get("id") or f"toolu_{secrets.token_hex(12)}"
+            tool_id = call.get("id") or f"toolu_{random_hex(12)}"
             self._open("tool_use", out, (tool_id, function.get("name") or ""))
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:

@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from os import urandom
 from typing import Any
 
 import orjson
@@ -27,28 +26,16 @@ from gateway.doors.response_store import ResponseRecords, StoredResponse
 from gateway.doors.responses_request import chat_body, input_messages
 from gateway.errors import GatewayError, InvalidRequest, NotFound
 from gateway.exchange import Endpoint, Exchange, Usage
+from gateway.random_ids import random_hex
 
 logger = logging.getLogger("tollgate.doors")
 
 PATH = "/v1/responses"
 # Finish reasons that leave a response incomplete, and the reason Responses gives
 INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
-_ECHOED: dict[str, Any] = {  # request fields a Response repeats, with their defaults
-    "instructions": None,
-    "metadata": None,
-    "max_output_tokens": None,
-    "previous_response_id": None,
-    "reasoning": None,
-    "temperature": None,
-    "top_p": None,
-    "user": None,
-    "tools": [],
-    "tool_choice": "auto",
-    "parallel_tool_calls": True,
-    "text": {"format": {"type": "text"}},
-    "truncation": "disabled",
-    "background": False,
-}
+# The defaults of two request fields a Response repeats (`echo`, in `request`, lists them all)
+_NO_TOOLS: list[Any] = []
+_TEXT_FORMAT: dict[str, Any] = {"format": {"type": "text"}}
 # Echoed fields not sent upstream, so not redacted with the body: a job keeps them scrubbed
 _UNSENT = ("metadata", "user")
 BUSY = ("queued", "in_progress")  # a background response not finished yet
@@ -133,13 +120,27 @@ class ResponsesDoor:
         store = records is not None and body.get("store") is not False
         if body.get("background") is True:
             _check_background(exchange, store, body)
-        echo = _ECHOED.copy()  # the defaults, in order; then what the body has of them
-        for name, value in body.items():
-            if name in _ECHOED:
-                echo[name] = value
-        echo["store"] = store
+        get = body.get
+        # The request fields a Response repeats, with their defaults, always in this order
+        echo = {
+            "instructions": get("instructions"),
+            "metadata": get("metadata"),
+            "max_output_tokens": get("max_output_tokens"),
+            "previous_response_id": previous,
+            "reasoning": get("reasoning"),
+            "temperature": get("temperature"),
+            "top_p": get("top_p"),
+            "user": get("user"),
+            "tools": get("tools", _NO_TOOLS),
+            "tool_choice": get("tool_choice", "auto"),
+            "parallel_tool_calls": get("parallel_tool_calls", True),
+            "text": get("text", _TEXT_FORMAT),
+            "truncation": get("truncation", "disabled"),
+            "background": get("background", False),
+            "store": store,
+        }
         exchange.door_state = ResponsesState(
-            response_id=exchange.job_id or f"resp_{urandom(24).hex()}",
+            response_id=exchange.job_id or f"resp_{random_hex(24)}",
             created_at=int(time.time()),
             echo=echo,
             store=store,
@@ -158,17 +159,17 @@ class ResponsesDoor:
         output: list[dict[str, Any]] = []
         reasoning = said.get("reasoning_content") or said.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
-            output.append(reasoning_item(f"rs_{urandom(12).hex()}", reasoning))
+            output.append(reasoning_item(f"rs_{random_hex(12)}", reasoning))
         content = said.get("content")
         if isinstance(content, str) and content:
-            output.append(message_item(f"msg_{urandom(12).hex()}", content))
+            output.append(message_item(f"msg_{random_hex(12)}", content))
         for call in said.get("tool_calls") or ():
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
                 output.append(
                     call_item(
-                        f"fc_{urandom(12).hex()}",
-                        call.get("id") or f"call_{urandom(12).hex()}",
+                        f"fc_{random_hex(12)}",
+                        call.get("id") or f"call_{random_hex(12)}",
                         function.get("name") or "",
                         function.get("arguments") or "",
                     )

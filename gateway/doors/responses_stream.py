@@ -24,7 +24,6 @@ adds text or arguments to the open item (`chunks.py`) costs one read and one con
 
 from __future__ import annotations
 
-from os import urandom
 from typing import Any
 
 import orjson
@@ -42,18 +41,19 @@ from gateway.doors.responses import (
 from gateway.errors import GatewayError
 from gateway.exchange import Exchange
 from gateway.ports import Chunk
+from gateway.random_ids import random_hex
 
 # Templates hold an event's fields after its sequence number (the event's `{"type": ...,
 # "sequence_number": N` comes first): each starts with the comma that follows N.
-_SHELL = b'"id":%s,"object":"response","created_at":%d,"model":%s'
+_SHELL = b'"id":%s,"object":"response","created_at":%d,"model":%s,%s'
 _BEGUN = (
     b',"response":{"status":"in_progress","output":[],"incomplete_details":null,"usage":null,"error":null,'
 )
-_STARTED = (  # response.created and response.in_progress: (sequence, shell) each
-    b'event: response.created\ndata: {"type":"response.created","sequence_number":%d'
+_STARTED = (  # response.created and response.in_progress, a stream's first two: (shell) each
+    b'event: response.created\ndata: {"type":"response.created","sequence_number":0'
     + _BEGUN
     + b"%s}}\n\n"
-    + b'event: response.in_progress\ndata: {"type":"response.in_progress","sequence_number":%d'
+    + b'event: response.in_progress\ndata: {"type":"response.in_progress","sequence_number":1'
     + _BEGUN
     + b"%s}}\n\n"
 )
@@ -179,10 +179,9 @@ class ResponsesStream:
         self._delta_head = b""  # the open item's delta event, up to its delta
 
     def chunk(self, chunk: Chunk) -> bytes:
-        data = chunk.data
         fast = self._fast
         if fast is not None:
-            more = fast(data, self._fast_index)
+            more = fast(chunk, self._fast_index)
             if more is not None:  # the common case: more text, or more arguments, for the open item
                 sequence = self._sequence
                 self._sequence = sequence + 1
@@ -190,17 +189,21 @@ class ResponsesStream:
                 return self._delta_head + dumps(more) + _TAILS[sequence]
         if not self._started:
             self._start()
-        for choice in data.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
+        for choice in chunk.data.get("choices") or ():
+            if choice.__class__ is not dict or choice.get("index"):
+                continue  # only the first choice (index 0 or left out) is translated
             delta = choice.get("delta")
-            if isinstance(delta, dict) and delta:
+            if delta and delta.__class__ is dict:
                 self._delta(delta)
             finish = choice.get("finish_reason")
-            if isinstance(finish, str):
+            if finish.__class__ is str:
                 self._close()
                 self._finish = finish
-        return self._flush()
+        out = self._out
+        if len(out) == 1:  # most chunks: one step's events, already joined
+            return out.pop()
+        self._out = []
+        return b"".join(out)
 
     async def done(self) -> bytes:
         if not self._started:
@@ -260,44 +263,53 @@ class ResponsesStream:
         return b"".join(out)
 
     def _start(self) -> None:
+        """The first events (sequence numbers 0 and 1: nothing is sent before them)."""
         self._started = True
         state = self._state
         # {"id", "object", "created_at", "model", then the echoed fields}, without the braces
-        shell = _SHELL % (dumps(state.response_id), state.created_at, dumps(self._exchange.model_alias))
-        echoed = dumps(state.echo)[1:-1]
-        self._shell = shell = shell + b"," + echoed if echoed else shell
-        sequence = self._sequence
-        self._sequence = sequence + 2
-        self._out.append(_STARTED % (sequence, shell, sequence + 1, shell))
+        self._shell = shell = _SHELL % (
+            dumps(state.response_id),
+            state.created_at,
+            dumps(self._exchange.model_alias),
+            dumps(state.echo)[1:-1],  # never empty: it holds every echoed field, defaults included
+        )
+        self._sequence = 2
+        self._out.append(_STARTED % (shell, shell))
 
     def _delta(self, delta: dict[str, Any]) -> None:
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-        if isinstance(reasoning, str) and reasoning:
-            self._open("reasoning")
-            self._text_delta(reasoning)
+        """A chunk's delta: reasoning, then text, then tool calls, each its item's events."""
+        if "reasoning_content" in delta or "reasoning" in delta:
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning and reasoning.__class__ is str:
+                self._open("reasoning")
+                self._text_delta(reasoning)
         content = delta.get("content")
-        if isinstance(content, str) and content:
+        if content and content.__class__ is str:
             self._open("message")
             self._text_delta(content)
-        for call in delta.get("tool_calls") or ():
-            if isinstance(call, dict):
-                self._tool_call(call)
-
-    def _tool_call(self, call: dict[str, Any]) -> None:
-        index = call.get("index", 0)
-        function = call.get("function")
-        function = function if isinstance(function, dict) else {}
-        if self._kind != "function_call" or self._fast_index != index:
-            self._close()
-            self._open_call(index, call.get("id") or f"call_{urandom(12).hex()}", function.get("name") or "")
-        arguments = function.get("arguments")
-        if isinstance(arguments, str) and arguments:
-            self._text_delta(arguments)
+        calls = delta.get("tool_calls")
+        if not calls:
+            return
+        for call in calls:
+            if call.__class__ is not dict:
+                continue
+            index = call.get("index", 0)
+            function = call.get("function")
+            if function.__class__ is not dict:
+                function = {}
+            if self._fast_index != index or self._kind != "function_call":
+                self._close()
+                call_id = call.get("id") or f"call_{random_hex(12)}"
+                self._open_call(index, call_id, function.get("name") or "")
+            arguments = function.get("arguments")
+            if arguments and arguments.__class__ is str:
+                self._text_delta(arguments)
 
     def _text_delta(self, text: str) -> None:
         """The open item's delta event, its fixed part encoded once per item."""
-        self._out.append(self._delta_head + dumps(text) + _TAILS[self._sequence])
-        self._sequence += 1
+        sequence = self._sequence
+        self._sequence = sequence + 1
+        self._out.append(self._delta_head + dumps(text) + _TAILS[sequence])
         self._text.append(text)
 
     def _open_call(self, index: Any, call_id: Any, name: Any) -> None:

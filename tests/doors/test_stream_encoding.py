@@ -133,9 +133,16 @@ def _events(raw: bytes) -> list[tuple[str, Any]]:
     return events
 
 
-def _stream(door: Any, exchange: Exchange, chunks: list[dict[str, Any]]) -> bytes:
+def _stream(door: Any, exchange: Exchange, chunks: list[dict[str, Any]], looked: bool = True) -> bytes:
+    """The encoder's bytes for `chunks`; `looked`: each chunk looked at first, as the pipeline's
+    first guard (the produced-text count) looks at every chunk (`Chunk.text_delta`, kept)."""
     encoder = door.stream(exchange)
-    out = [encoder.chunk(Chunk(orjson.dumps(c), c)) for c in chunks]
+    out = []
+    for data in chunks:
+        chunk = Chunk(orjson.dumps(data), data)
+        if looked:
+            chunk.text_delta()
+        out.append(encoder.chunk(chunk))
     out.append(asyncio.run(encoder.done()))
     return b"".join(out)
 
@@ -144,14 +151,15 @@ def _without_ids(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in item.items() if k != "id"} for item in items]
 
 
+@pytest.mark.parametrize("looked", [True, False], ids=["looked", "fresh"])
 @pytest.mark.parametrize(("reasoning", "text", "calls"), REPLIES)
 def test_responses_events_are_the_sdks_and_add_up(
-    reasoning: str, text: str, calls: list[tuple[str, str, str]]
+    reasoning: str, text: str, calls: list[tuple[str, str, str]], looked: bool
 ) -> None:
     door = ResponsesDoor(None)
     body = {"model": "chat", "input": "q", "store": False, "stream": True, "instructions": 'be "brief" ✓'}
     exchange = _exchange(door, body)
-    events = _events(_stream(door, exchange, _answer(reasoning, text, calls)))
+    events = _events(_stream(door, exchange, _answer(reasoning, text, calls), looked))
     for name, data in events:
         assert data["type"] == name
         OPENAI_EVENT.validate_python(data)
@@ -182,9 +190,10 @@ def test_responses_events_are_the_sdks_and_add_up(
     }
 
 
+@pytest.mark.parametrize("looked", [True, False], ids=["looked", "fresh"])
 @pytest.mark.parametrize(("reasoning", "text", "calls"), REPLIES)
 def test_messages_events_are_the_sdks_and_add_up(
-    reasoning: str, text: str, calls: list[tuple[str, str, str]]
+    reasoning: str, text: str, calls: list[tuple[str, str, str]], looked: bool
 ) -> None:
     door = MessagesDoor()
     body = {
@@ -195,7 +204,7 @@ def test_messages_events_are_the_sdks_and_add_up(
         "thinking": {"type": "enabled", "budget_tokens": 2048},
     }
     exchange = _exchange(door, body)
-    events = _events(_stream(door, exchange, _answer(reasoning, text, calls)))
+    events = _events(_stream(door, exchange, _answer(reasoning, text, calls), looked))
     for name, data in events:
         assert data["type"] == name
         if name != "ping":  # the SDK skips pings; they are not among its event types
@@ -210,6 +219,41 @@ def test_messages_events_are_the_sdks_and_add_up(
     assert delta["delta"]["stop_reason"] == answered["stop_reason"]
     assert delta["usage"] == answered["usage"]
     assert delta["usage"]["cache_read_input_tokens"] == 32
+
+
+@pytest.mark.parametrize("door_name", ["responses", "messages"])
+def test_text_a_guard_changed_after_the_first_look_is_what_is_sent(door_name: str) -> None:
+    """The encoders take a text chunk's text from the first guard's look (`Chunk.text_delta`,
+    kept on the chunk) unless a later guard changed the chunk, as redaction does (`dirty`):
+    then the chunk itself is read, and the text as it was looked at is never sent."""
+    if door_name == "responses":
+        door: Any = ResponsesDoor(None)
+        body: dict[str, Any] = {"model": "chat", "input": "q", "store": False, "stream": True}
+    else:
+        door = MessagesDoor()
+        body = {"model": "chat", "max_tokens": 64, "stream": True}
+        body["messages"] = [{"role": "user", "content": "q"}]
+    exchange = _exchange(door, body)
+    encoder = door.stream(exchange)
+    sent = []
+    for text in ("", "Pay with ", "4111 1111 1111 1111", " today.", None):
+        data = _chunk({"content": text} if text is not None else {}, None if text is not None else "stop")
+        chunk = Chunk(orjson.dumps(data), data)
+        chunk.text_delta()
+        if text and text[0] == "4":  # a guard masks the number after the first look
+            data["choices"][0]["delta"]["content"] = "[CARD]"
+            chunk.dirty = True
+        sent.append(encoder.chunk(chunk))
+    sent.append(asyncio.run(encoder.done()))
+    raw = b"".join(sent)
+    assert b"4111" not in raw
+    events = _events(raw)
+    if door_name == "responses":
+        deltas = "".join(data["delta"] for name, data in events if name == "response.output_text.delta")
+        assert events[-1][1]["response"]["output"][0]["content"][0]["text"] == deltas
+    else:
+        deltas = "".join(data["delta"]["text"] for name, data in events if name == "content_block_delta")
+    assert deltas == "Pay with [CARD] today."
 
 
 def _content(events: list[tuple[str, Any]]) -> list[dict[str, Any]]:
