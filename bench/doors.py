@@ -133,37 +133,29 @@ def _chunks() -> list[dict[str, Any]]:
     return out
 
 
-def _call_chunks() -> list[dict[str, Any]]:
-    """A streamed tool call: its arguments in 4-character pieces, as the simulator sends them."""
+def _call_chunks(
+    arguments: str = '{"city":"Oslo","unit":"celsius","days":3}', size: int = 4, role_apart: bool = False
+) -> list[dict[str, Any]]:
+    """A streamed tool call: its arguments in `size`-character pieces, as the simulator sends
+    them; `role_apart`: the role in a chunk of its own first, as the simulator answers the
+    end-to-end bench's body."""
     envelope = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "sim-model"}
-    arguments = '{"city":"Oslo","unit":"celsius","days":3}'
     call = {
         "index": 0,
         "id": "call_1",
         "type": "function",
         "function": {"name": "get_weather", "arguments": ""},
     }
-    out = [{**envelope, "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}}]}]
-    for i in range(0, len(arguments), 4):
-        piece = {"tool_calls": [{"index": 0, "function": {"arguments": arguments[i : i + 4]}}]}
+    if role_apart:
+        out = [
+            {**envelope, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+            for delta in ({"role": "assistant", "content": None}, {"tool_calls": [call]})
+        ]
+    else:
+        out = [{**envelope, "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}}]}]
+    for i in range(0, len(arguments), size):
+        piece = {"tool_calls": [{"index": 0, "function": {"arguments": arguments[i : i + size]}}]}
         out.append({**envelope, "choices": [{"index": 0, "delta": piece, "finish_reason": None}]})
-    out.append({**envelope, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
-    return out
-
-
-def _short_call_chunks() -> list[dict[str, Any]]:
-    """The streamed tool call the simulator answers the end-to-end bench's body with: a role
-    chunk, the call's opening, its arguments in two pieces, the finish."""
-    envelope = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "sim-model"}
-    function = {"name": "get_weather", "arguments": ""}
-    call = {"index": 0, "id": "call_1", "type": "function", "function": function}
-    deltas: list[dict[str, Any]] = [
-        {"role": "assistant", "content": None},
-        {"tool_calls": [call]},
-        {"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]},
-        {"tool_calls": [{"index": 0, "function": {"arguments": '"alpha"}'}}]},
-    ]
-    out = [{**envelope, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in deltas]
     out.append({**envelope, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
     return out
 
@@ -172,7 +164,8 @@ CHUNKS = {
     "streamed text": [(orjson.dumps(c), c) for c in _chunks()],
     "streamed tool call": [(orjson.dumps(c), c) for c in _call_chunks()],
 }
-SHORT_CALL = [(orjson.dumps(c), c) for c in _short_call_chunks()]
+# The simulator's answer to the end-to-end bench: role, the call's opening, two pieces, the finish
+SHORT_CALL = [(orjson.dumps(c), c) for c in _call_chunks('{"city":"alpha"}', 8, role_apart=True)]
 COLD_KIB = 2048  # written between a door's calls: this machine's L2 cache per core
 MODES = ("non-streamed", *CHUNKS)
 PRINCIPAL = Principal(Tenant("bench"), "k-bench")

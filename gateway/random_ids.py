@@ -20,10 +20,10 @@ _POOLS: dict[int, deque[str]] = {}
 def random_hex(nbytes: int) -> str:
     """`nbytes` random bytes, as 2 * `nbytes` lowercase hex digits."""
     pool = _POOLS.get(nbytes)
-    if pool:
+    if pool is not None:
         try:
             return pool.popleft()
-        except IndexError:  # another thread took the last one
+        except IndexError:  # used up (by this thread or another): read again
             pass
     return _refill(nbytes)
 

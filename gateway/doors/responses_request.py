@@ -42,7 +42,6 @@ _REFUSED = {
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _FLAGS = ("store", "stream", "parallel_tool_calls", "background")  # booleans when given
 _COMMON_FLAGS = _FLAGS[:2]  # those not in _RARE
-_FLAG_CLASSES = frozenset((bool, type(None)))  # a flag's value, or left out
 # The fields most bodies leave out: checked only when a body has one of them (found in one
 # test), in their place among the others, so that the first error is the same either way
 _RARE = frozenset(
@@ -141,8 +140,10 @@ def chat_body(
         out["max_tokens"] = positive_int(value, "max_output_tokens")
     if rare:
         _options(get, out)
-    if rare or not _FLAG_CLASSES.issuperset((get("store").__class__, get("stream").__class__)):
-        _flags(get, _FLAGS if rare else _COMMON_FLAGS)
+    for name in _FLAGS if rare else _COMMON_FLAGS:
+        value = get(name)
+        if value is not None and value.__class__ is not bool:
+            raise invalid(name, "must be a boolean")
     if rare:
         value = get("metadata")
         if value is not None and not isinstance(value, dict):
@@ -154,14 +155,6 @@ def chat_body(
     if not usual:
         copy_extensions(body, out)
     return out
-
-
-def _flags(get: Callable[[str], Any], names: tuple[str, ...]) -> None:
-    """Each of the flags `names` is a boolean or left out (`get`: the body's)."""
-    for name in names:
-        value = get(name)
-        if value is not None and value.__class__ is not bool:
-            raise invalid(name, "must be a boolean")
 
 
 def _options(get: Callable[[str], Any], out: dict[str, Any]) -> None:

@@ -199,11 +199,7 @@ class ResponsesStream:
             if finish.__class__ is str:
                 self._close()
                 self._finish = finish
-        out = self._out
-        if len(out) == 1:  # most chunks: one step's events, already joined
-            return out.pop()
-        self._out = []
-        return b"".join(out)
+        return self._flush()
 
     async def done(self) -> bytes:
         if not self._started:
@@ -278,11 +274,10 @@ class ResponsesStream:
 
     def _delta(self, delta: dict[str, Any]) -> None:
         """A chunk's delta: reasoning, then text, then tool calls, each its item's events."""
-        if "reasoning_content" in delta or "reasoning" in delta:
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if reasoning and reasoning.__class__ is str:
-                self._open("reasoning")
-                self._text_delta(reasoning)
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning and reasoning.__class__ is str:
+            self._open("reasoning")
+            self._text_delta(reasoning)
         content = delta.get("content")
         if content and content.__class__ is str:
             self._open("message")

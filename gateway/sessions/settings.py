@@ -89,11 +89,8 @@ class SessionSettings:
 
     def checkpoints(self, principal: Principal, workflow: str, rules: SessionRules) -> CheckpointPlan | None:
         """The request's checkpoint plan; None when checkpoints are off for it."""
-        return self._plan(principal.tenant.name, workflow, rules)
-
-    def _plan(self, tenant: str, workflow: str, rules: SessionRules) -> CheckpointPlan | None:
         config = self._workflows.get(workflow) or self._tenant_checkpoints.get(
-            tenant, self._default_checkpoints
+            principal.tenant.name, self._default_checkpoints
         )
         mode = rules.checkpoint_mode or config.mode
         every = rules.every_turns if rules.every_turns is not None else config.every_turns
