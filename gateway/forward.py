@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from gateway import cohorts
 from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.exchange import Attempt, Candidate, Exchange
 from gateway.ports import Chunk, ChunkStream, Upstream, UpstreamRequest, UpstreamResponse
@@ -100,6 +101,7 @@ class Forwarder:
         return await self._forward(exchange, self._open_once)
 
     async def _forward(self, exchange: Exchange, send: Send[T]) -> T:
+        await cohorts.together()
         body: dict[str, Any] = exchange.body
         if exchange.stream:
             # Always ask for usage so it can be metered; the usage guard hides it from

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from gateway import cohorts
 from gateway.doors.base import Door
 from gateway.doors.registry import Doors, openai_doors
 from gateway.doors.responses import ResponsesDoor
@@ -251,6 +252,7 @@ class GatewayASGI:
 
     async def _counted(self, call: Awaitable[None]) -> None:
         self._in_flight += 1
+        cohorts.entered()
         self._idle.clear()
         for listener in self._load_listeners:
             listener(self._in_flight)
@@ -258,6 +260,7 @@ class GatewayASGI:
             await call
         finally:
             self._in_flight -= 1
+            cohorts.left()
             if not self._in_flight:
                 self._idle.set()
             for listener in self._load_listeners:

@@ -10,11 +10,13 @@ whatever happened before them, so nothing reserved or begun is ever left open.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gateway import cohorts
 from gateway.doors.openai import OPENAI_STREAM
 from gateway.errors import GatewayError, UpstreamError
 from gateway.exchange import Exchange
@@ -57,6 +59,7 @@ class Pipeline:
         self.error_guards = tuple(error_guards)
 
     async def prepare(self, exchange: Exchange) -> None:
+        await cohorts.together()
         trace = exchange.trace
         if not trace.sampled:  # nothing is recorded: no stage span to open around each stage
             for stage in self.stages:
@@ -168,6 +171,11 @@ class Pipeline:
     async def finish(self, exchange: Exchange) -> None:
         if exchange.completed_at is None:
             exchange.completed_at = time.monotonic()
+        cancelled = False
+        try:
+            await cohorts.together()
+        except asyncio.CancelledError:
+            cancelled = True  # the finishers run all the same: a reservation is settled, a decision logged
         for finisher in self.finishers:
             try:
                 await finisher.finish(exchange)
@@ -175,6 +183,8 @@ class Pipeline:
                 logger.exception(
                     "finisher failed", extra={"request_id": exchange.request_id, "finisher": finisher.name}
                 )
+        if cancelled:
+            raise asyncio.CancelledError
 
 
 def _none_ready() -> int:
