@@ -16,6 +16,9 @@ each with `--workers` workers (default 2):
   leases (`state.leases: true`, the default);
 - whole-exact: the same with `state.leases: false` (every request reserved and settled on
   its own, as before leases);
+- whole-no-audit, -redaction, -metering, -access-log, -policy (with `--ablate`): the whole
+  pipeline without one of its parts (without the policy: no decisions, no decision log, no
+  redaction), for what each part costs a loaded gateway;
 - base (with `--base REV`): the whole pipeline of that revision (a git worktree of it,
   imported first), for the before/after of everything else; and spine-base, that revision's
   spine (when the spine is run).
@@ -44,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import yaml
 
 from adapters.state.redis import RedisStore
 from bench import harness as spine
@@ -133,11 +137,15 @@ def run_variants(args: argparse.Namespace) -> dict[str, Any]:
         redis_url = f"redis://{spine.HOST}:{redis_port}/0"
         state = {"store": "redis", "redis_url": redis_url, "key_prefix": "tgbench"}
 
-        def whole(leases: bool | None, tree: Path | None = None) -> Callable[[str], tuple[Any, int]]:
+        def whole(
+            leases: bool | None, tree: Path | None = None, without: str | None = None
+        ) -> Callable[[str], tuple[Any, int]]:
             def start(name: str) -> tuple[Any, int]:
                 port = spine.free_port()
                 wanted = state if leases is None else {**state, "leases": leases}
                 config = gateway_config(stack, port, stack.key_hash, wanted, policy)
+                if without is not None:
+                    ablate(config, without, tmp)
                 config["server"]["workers"] = args.workers
                 sim = f"http://{spine.HOST}:{stack.sim_port}/v1"
                 config["upstreams"]["sim"] = {"kind": "openai_compat", "base_url": sim}
@@ -162,6 +170,8 @@ def run_variants(args: argparse.Namespace) -> dict[str, Any]:
         }
         if args.only:
             starts = {name: start for name, start in starts.items() if name in args.only.split(",")}
+        if args.ablate:
+            starts |= {f"whole-no-{part}": whole(True, without=part) for part in ABLATIONS}
         if args.base:
             base = base_tree(args.base, tmp)
             starts["base"] = whole(None, base)
@@ -214,6 +224,37 @@ def run_variants(args: argparse.Namespace) -> dict[str, Any]:
         if base is not None:
             remove = ["git", "-C", str(spine.ROOT), "worktree", "remove", "--force", str(base)]
             subprocess.run(remove, check=False)
+
+
+ABLATIONS = ("audit", "redaction", "metering", "access-log", "policy")
+
+
+def ablate(config: dict[str, Any], part: str, tmp: Path) -> None:
+    """The whole pipeline's config without one of its parts (`--ablate`): what that part costs
+    a loaded gateway, its effect on everything else included."""
+    if part == "audit":
+        del config["audit"]
+    elif part == "redaction":  # the shipped policy, the benchmark's tenant masking nothing
+        plain = tmp / "policies-plain"
+        if not plain.exists():
+            plain.mkdir()
+            for path in Path(config["policy"]["dir"]).iterdir():
+                (plain / path.name).write_text(path.read_text())
+            data = yaml.safe_load((plain / "data.yaml").read_text())
+            data["tenants"]["bench"].pop("redact", None)
+            (plain / "data.yaml").write_text(yaml.safe_dump(data))
+        config["policy"]["dir"] = str(plain)
+    elif part == "metering":
+        del config["state"]
+        for tenant in config["tenants"].values():
+            tenant.pop("budgets", None)
+            tenant.pop("rate_limits", None)
+    elif part == "access-log":
+        config["server"]["access_log"] = False
+    elif part == "policy":  # and with it the decision log and the policy's redaction
+        del config["policy"], config["audit"]
+    else:
+        raise ValueError(part)
 
 
 def write_stream_script(stack: spine.Stack) -> Path:
@@ -366,6 +407,7 @@ def section(meta: dict[str, Any], result: dict[str, Any], args: argparse.Namespa
         ("base", f"whole pipeline, {args.base} (before)"),
         ("whole-exact", "whole pipeline, leases off"),
         ("whole", "whole pipeline, leases on"),
+        *((f"whole-no-{part}", f"whole pipeline without its {part}") for part in ABLATIONS),
     ):
         if name not in m:
             continue
@@ -411,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-n", type=int, default=200, help="streamed requests each way for TTFB")
     parser.add_argument(
         "--micro", action="store_true", help="in process: one request's metering, exact vs leased"
+    )
+    parser.add_argument(
+        "--ablate", action="store_true", help="also the whole pipeline without each of its parts"
     )
     parser.add_argument("--profile", help="py-spy one worker of this variant (whole, spine...) instead")
     parser.add_argument("--profile-streams", action="store_true", help="profile under a load of streams")

@@ -363,7 +363,10 @@ class AuditConfig(_Strict):
 
     sink: Literal["jsonl", "redis"] = "jsonl"
     path: str = "tollgate-audit.jsonl"  # jsonl: relative to the working directory
-    fsync: Literal["always", "never"] = "always"  # jsonl: fsync after each batch of records
+    fsync: Literal["always", "never"] = "always"  # jsonl: fsync every batch of records
+    # jsonl, not mandatory: the batches written meanwhile are fsynced together, at most this
+    # often (a mandatory record is fsynced with its batch, before its request goes on).
+    fsync_interval_ms: int = Field(200, ge=0, le=10_000)
     redis_url: str | None = None  # redis: e.g. redis://127.0.0.1:6379/0
     stream: str = Field("tollgate:audit", min_length=1)  # redis: the stream key
     # Mandatory: a request whose decision record cannot be written is refused (503).

@@ -14,4 +14,6 @@ def build_audit_writer(config: AuditConfig) -> AuditWriter:
         return RedisStreamWriter(config.redis_url, config.stream)
     from adapters.audit.jsonl import JsonlWriter
 
-    return JsonlWriter(config.path, fsync=config.fsync == "always")
+    # A mandatory record's request waits for it to be on disk; the others are fsynced together.
+    interval_s = 0.0 if config.mandatory else config.fsync_interval_ms / 1000
+    return JsonlWriter(config.path, fsync=config.fsync == "always", fsync_interval_s=interval_s)

@@ -3,8 +3,17 @@
 Several gateway processes may share one file. Each batch is written under an exclusive
 `flock`: the writer reads the chain's head from the file's last line (skipped when the
 file is exactly as this writer left it), seals the batch onto it and appends it with
-one `write` on a descriptor opened O_APPEND, then fsyncs if configured. All file work
-runs in a worker thread, never on the event loop.
+one `write` on a descriptor opened O_APPEND. With fsync on, the file is then fsynced
+(outside the lock: an fsync covers whatever the file holds by then): with `fsync_interval_s`
+0, before `write` returns (a mandatory log: its request waits for it); otherwise in the
+background, at most once per interval, one fsync for every batch written meanwhile
+(group commit), and at `aclose`.
+
+A batch is appended on the event loop when the lock is free at once (a page-cache write
+of one batch), and in a worker thread when another process holds it; an fsync always runs
+in a worker thread. A thread costs a busy event loop far more than its own work: until it
+has the GIL back after a blocking call, every release of the GIL by the loop (each I/O
+callback) wakes it to try, so the hops are kept few (docs/benchmarks.md, "Decision log").
 
 A line torn by a crash (no final newline) is left in place and reported by `verify`; new
 records continue the chain from the last complete line, on a fresh line.
@@ -13,7 +22,9 @@ records continue the chain from the last complete line, on a fresh line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,10 +32,12 @@ from typing import Any
 
 import orjson
 
-from gateway.audit.chain import ChainHead, canonical, head_of, seal
+from gateway.audit.chain import ChainHead, head_of, sealed_line
 from gateway.audit.verify import Report, verify_chain
 
 _TAIL_BLOCK = 64 * 1024
+
+logger = logging.getLogger("tollgate.audit")
 
 
 class AuditLogCorrupt(Exception):
@@ -32,27 +45,65 @@ class AuditLogCorrupt(Exception):
 
 
 class JsonlWriter:
-    def __init__(self, path: str | Path, *, fsync: bool = True) -> None:
+    def __init__(self, path: str | Path, *, fsync: bool = True, fsync_interval_s: float = 0.0) -> None:
         self._path = Path(path)
         self._fsync = fsync
+        self._fsync_interval_s = fsync_interval_s
         self._fd: int | None = None
         self._head: ChainHead | None = None
         self._size_after_write = -1  # the file's size when this writer last wrote
+        self._unsynced = False  # written since the last fsync began (group commit)
+        self._syncer: asyncio.Task[None] | None = None
 
     async def write(self, records: list[dict[str, Any]]) -> None:
-        await asyncio.to_thread(self._write_locked, records)
+        if not self._append(records, wait=False):
+            await asyncio.to_thread(self._append, records, wait=True)
+        fd = self._fd
+        if not self._fsync or fd is None:
+            return
+        if self._fsync_interval_s <= 0:
+            await asyncio.to_thread(os.fsync, fd)
+            return
+        self._unsynced = True
+        if self._syncer is None:
+            self._syncer = asyncio.get_running_loop().create_task(self._sync_later(fd), name="audit-fsync")
 
     async def aclose(self) -> None:
+        syncer, self._syncer = self._syncer, None
+        if syncer is not None:
+            syncer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await syncer
         fd, self._fd = self._fd, None
         if fd is not None:
+            if self._fsync and self._fsync_interval_s > 0:
+                await asyncio.to_thread(os.fsync, fd)  # what the last interval wrote
             await asyncio.to_thread(os.close, fd)
 
-    def _write_locked(self, records: list[dict[str, Any]]) -> None:
+    async def _sync_later(self, fd: int) -> None:
+        """fsyncs while batches are written, at most once per interval."""
+        try:
+            while self._unsynced:
+                await asyncio.sleep(self._fsync_interval_s)
+                self._unsynced = False
+                try:
+                    await asyncio.to_thread(os.fsync, fd)
+                except OSError:
+                    logger.exception("audit log fsync failed", extra={"path": str(self._path)})
+        finally:
+            self._syncer = None
+
+    def _append(self, records: list[dict[str, Any]], *, wait: bool) -> bool:
+        """Appends the batch under the file's lock; without `wait`, only if the lock is free
+        at once (False: nothing was written)."""
         if self._fd is None:
             self._path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fd = self._fd
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
         try:
             size = os.fstat(fd).st_size
             head, torn = self._head, False
@@ -60,20 +111,20 @@ class JsonlWriter:
                 head, torn = read_head(self._path)
             lines = [b"\n"] if torn else []
             for record in records:
-                sealed, head = seal(record, head)
-                lines.append(canonical(sealed) + b"\n")
+                line, head = sealed_line(record, head)
+                lines.append(line)
+                lines.append(b"\n")
             data = b"".join(lines)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            if self._fsync:
-                os.fsync(fd)
         except BaseException:
             self._head = None
             raise
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
         self._head, self._size_after_write = head, size + len(data)
+        return True
 
 
 def read_head(path: Path) -> tuple[ChainHead, bool]:

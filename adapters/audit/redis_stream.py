@@ -13,7 +13,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from gateway.audit.chain import GENESIS, ChainHead, canonical, seal
+from gateway.audit.chain import GENESIS, ChainHead, sealed_line
 from gateway.audit.verify import Report, verify_chain
 
 _APPEND = """
@@ -54,8 +54,8 @@ class RedisStreamWriter:
             head = self._head
             args: list[str | bytes | int] = [GENESIS, head.seq, head.hash]
             for record in records:
-                sealed, head = seal(record, head)
-                args.extend((sealed["seq"], sealed["hash"], canonical(sealed)))
+                line, head = sealed_line(record, head)
+                args.extend((head.seq, head.hash, line))
             appended, seq, digest = await self._append(keys=[self._stream], args=args)
             if appended == 1:
                 self._head = head

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.audit.chain import GENESIS, ChainHead, canonical, record_hash, seal
+from gateway.audit.chain import GENESIS, ChainHead, canonical, record_hash, seal, sealed_line
 from gateway.audit.verify import verify_chain
 
 
@@ -24,8 +24,8 @@ def _log(count: int) -> list[bytes]:
     head = ChainHead()
     lines = []
     for n in range(1, count + 1):
-        sealed, head = seal(_decision(n), head)
-        lines.append(canonical(sealed))
+        line, head = sealed_line(_decision(n), head)
+        lines.append(line)
     return lines
 
 
@@ -38,6 +38,28 @@ def test_seal_links_records_and_leaves_the_input_alone() -> None:
     assert (second["seq"], second["prev_hash"]) == (2, first["hash"])
     assert head2 == ChainHead(2, second["hash"])
     assert record_hash(orjson.loads(canonical(second))) == second["hash"]
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        _decision(1),
+        {"v": 1, "seq": 99, "prev_hash": "x", "hash": "y", "input": {"z": [1, "é"], "a": None}},
+        {},
+    ],
+)
+def test_a_stored_line_is_the_sealed_record_with_its_hash(record: dict[str, object]) -> None:
+    """`sealed_line` serialises once: its line holds what `seal` gives, chain fields the record
+    carried replaced, and the same new head; the caller's dict is left alone."""
+    head = ChainHead(7, "ab" * 32)
+    before = dict(record)
+    line, new_head = sealed_line(record, head)
+    sealed, expected_head = seal(record, head)
+    assert record == before
+    assert orjson.loads(line) == sealed
+    assert new_head == expected_head == ChainHead(8, sealed["hash"])
+    assert record_hash(orjson.loads(line)) == sealed["hash"]
+    assert line.endswith(b'"hash":"%s"}' % sealed["hash"].encode())  # the one key out of order
 
 
 def test_an_intact_log_verifies() -> None:
