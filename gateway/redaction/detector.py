@@ -30,6 +30,7 @@ import regex
 from gateway.redaction.entities import LOOKAHEAD, EntityKind
 from gateway.redaction.first_chars import first_chars, read_chars
 from gateway.redaction.in_progress import StreamPlan, search_from, tail_start
+from gateway.redaction.joined import SEPARATOR, separator_blind
 from gateway.redaction.prefilter import Prefilter, compilable, max_width, min_width
 from gateway.redaction.seen import SeenTexts
 
@@ -154,7 +155,21 @@ class Catalog:
         self._orders = {kind.name: order for order, kind in enumerate(self.kinds)}
         self._orders.update({LOOK_ALIKE + name: order for name, order in self._orders.items()})
         self.seen: SeenTexts[Found] = SeenTexts()
+        self._joinable: dict[frozenset[str], bool] = {}
         self._plans: dict[frozenset[str], StreamPlan] = {}  # per set of kinds a stream scans
+
+    def joinable(self, names: frozenset[str]) -> bool:
+        """Whether one scan of strings joined by `joined.SEPARATOR` finds an entity of these
+        kinds whenever a scan of any of them alone would."""
+        known = self._joinable.get(names)
+        if known is None:
+            known = self._joinable[names] = all(
+                separator_blind(pattern)
+                for kind in self.kinds
+                if kind.name in names
+                for pattern in kind.patterns
+            )
+        return known
 
     def detector(self, names: Iterable[str] | None = None, *, per_request: bool = False) -> Detector:
         """A detector for the kinds named (all of this catalog's when `names` is None).
@@ -366,6 +381,16 @@ class Detector:
         if not self.names:
             return []
         return self.catalog.find(text, self.names, self._verdicts)
+
+    def none_in(self, texts: Sequence[str]) -> bool:
+        """Whether no text holds an entity of these kinds: for texts known to be many and
+        short, one scan of them joined (`joined.py`) where the kinds' patterns allow it."""
+        if not self.names or not texts:
+            return True
+        catalog = self.catalog
+        if len(texts) > 1 and catalog.joinable(self.names):
+            return not catalog.find(SEPARATOR.join(texts), self.names, self._verdicts)
+        return not any(catalog.find(text, self.names, self._verdicts) for text in texts)
 
     def find_remembered(self, text: str) -> Sequence[Found]:
         """`find`, answered from the catalog's `SeenTexts` when this long text was scanned

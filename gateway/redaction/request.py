@@ -30,6 +30,7 @@ from gateway.errors import SensitiveDataBlocked
 from gateway.exchange import Endpoint
 from gateway.redaction.detector import Found, replaced
 from gateway.redaction.scrub import marker
+from gateway.redaction.seen import MIN_CHARS
 from gateway.redaction.state import RedactionState
 from gateway.redaction.tokens import Vault, placeholders_in
 
@@ -143,9 +144,15 @@ def redact_request(
     mode = state.rules.request
     detector = state.detector
     slots = text_slots(endpoint, body, tool_descriptions)
+    # The short texts (a system prompt, tool results, the new turn), which are not remembered,
+    # are scanned in one go; only when that finds something is each scanned on its own.
+    short = [text for container, key, _ in slots if len(text := container[key]) < MIN_CHARS]
+    short_clean = len(short) > 1 and detector.none_in(short)
     if mode == "block":
         for container, key, _ in slots:
-            state.count(detector.find_remembered(container[key]))
+            text = container[key]
+            if not (short_clean and len(text) < MIN_CHARS):
+                state.count(detector.find_remembered(text))
         if state.found:
             raise SensitiveDataBlocked(sorted(state.found))
         return
@@ -155,6 +162,8 @@ def redact_request(
         state.vault = vault
     for container, key, in_json in slots:
         text = container[key]
+        if short_clean and len(text) < MIN_CHARS:
+            continue
         found = detector.find_remembered(text)
         if not found:
             continue

@@ -24,18 +24,17 @@ such dicts of some dozens of strings on every request).
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from gateway.redaction.detector import Catalog, Detector, Found
 from gateway.redaction.entities import BUILTIN
+from gateway.redaction.joined import SEPARATOR
 from gateway.redaction.window import redact_whole
 
 T = TypeVar("T")
 
 SECRET_MARKER = "[SECRET]"  # noqa: S105 (a marker, not a password)
-_SEPARATOR = "\x00"  # no pattern matches it, so no entity spans two joined strings
 
 CLEAN_MAX_CHARS = 200
 """Only strings up to this length are remembered clean (ids, names, statuses, not messages)."""
@@ -85,13 +84,6 @@ class Scrubber:
         # Settled dicts found clean: by key, or by id (then holding the dict, so that its id
         # is not reused while it is here).
         self._settled: dict[object, Settled | None] = {}
-        # Whether one scan of several strings joined says what scanning each would.
-        self._joinable = all(
-            separator_blind(pattern)
-            for kind in detector.catalog.kinds
-            if kind.name in detector.names
-            for pattern in kind.patterns
-        )
 
     def text(self, value: str) -> str:
         if value in self._clean or type(value) is Verbatim:
@@ -113,12 +105,11 @@ class Scrubber:
             if walked:
                 self._remember_settled(walked)
             return value
-        if self._joinable:
-            # One scan for all the unseen strings; only a record with something to hide is rebuilt.
-            joined = _SEPARATOR.join(unseen)
-            dirty = bool(self._detector.find(joined)) or any(s in joined for s in self._secrets)
-        else:
-            dirty = any(self._detector.find(s) or any(x in s for x in self._secrets) for s in unseen)
+        # One scan for all the unseen strings; only a record with something to hide is rebuilt.
+        dirty = not self._detector.none_in(unseen)
+        if not dirty and self._secrets:
+            joined = SEPARATOR.join(unseen)  # no secret holds the separator
+            dirty = any(secret in joined for secret in self._secrets)
         if dirty:
             rebuilt: T = self._rebuilt(value)
             return rebuilt
@@ -153,113 +144,6 @@ class Scrubber:
         if isinstance(value, _SEQUENCES):
             return type(value)(self._rebuilt(item) for item in value)
         return value
-
-
-_parser: Any = getattr(re, "_parser", None)  # the stdlib's own parser (private, stable since 3.11)
-_BOUNDARIES = frozenset(
-    {"AT_BOUNDARY", "AT_NON_BOUNDARY", "AT_UNI_BOUNDARY", "AT_UNI_NON_BOUNDARY"}
-    | {"AT_LOC_BOUNDARY", "AT_LOC_NON_BOUNDARY"}
-)
-_NUL_FREE_CATEGORIES = frozenset(
-    {"CATEGORY_DIGIT", "CATEGORY_SPACE", "CATEGORY_WORD", "CATEGORY_LINEBREAK"}
-    | {"CATEGORY_UNI_DIGIT", "CATEGORY_UNI_SPACE", "CATEGORY_UNI_WORD", "CATEGORY_UNI_LINEBREAK"}
-    | {"CATEGORY_LOC_WORD"}
-)
-
-
-def separator_blind(pattern: str) -> bool:
-    """Whether `pattern` finds a match in strings joined by the separator whenever it finds one
-    in any of them alone: no anchor but word boundaries, and nothing whose outcome could change
-    on meeting the separator where a string would end (a look-around, an atomic group, a
-    possessive repeat or a back-reference that could match it). Unknown syntax: no."""
-    if _parser is None:
-        return False
-    try:
-        return _blind(_parser.parse(pattern))
-    except Exception:  # any trouble parsing it means: do not rely on joining
-        return False
-
-
-def _blind(nodes: Any) -> bool:
-    for op, av in nodes:
-        name = str(op)
-        if name == "AT":
-            if str(av) not in _BOUNDARIES:
-                return False
-        elif name in ("ASSERT", "ASSERT_NOT"):
-            if not (_blind(av[1]) and _nul_free(av[1])):
-                return False
-        elif name == "ATOMIC_GROUP":
-            if not (_blind(av) and _nul_free(av)):
-                return False
-        elif name == "POSSESSIVE_REPEAT":
-            if not (_blind(av[2]) and _nul_free(av[2])):
-                return False
-        elif name == "SUBPATTERN":
-            if not _blind(av[3]):
-                return False
-        elif name == "BRANCH":
-            if not all(_blind(branch) for branch in av[1]):
-                return False
-        elif name in ("MAX_REPEAT", "MIN_REPEAT"):
-            if not _blind(av[2]):
-                return False
-        elif name == "GROUPREF_EXISTS":
-            if not (_blind(av[1]) and (av[2] is None or _blind(av[2]))):
-                return False
-        elif name not in ("LITERAL", "NOT_LITERAL", "ANY", "IN", "CATEGORY", "GROUPREF"):
-            return False
-    return True
-
-
-def _nul_free(nodes: Any) -> bool:
-    """Whether nothing in `nodes` can consume the separator."""
-    for op, av in nodes:
-        name = str(op)
-        if name in ("AT", "ASSERT", "ASSERT_NOT"):
-            continue  # consumes nothing (and is checked on its own by _blind)
-        if name == "LITERAL":
-            if av == 0:
-                return False
-        elif name == "IN":
-            if not _class_nul_free(av):
-                return False
-        elif name == "SUBPATTERN":
-            if not _nul_free(av[3]):
-                return False
-        elif name == "BRANCH":
-            if not all(_nul_free(branch) for branch in av[1]):
-                return False
-        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
-            if not _nul_free(av[2]):
-                return False
-        elif name == "ATOMIC_GROUP":
-            if not _nul_free(av):
-                return False
-        elif name == "CATEGORY":
-            if str(av) not in _NUL_FREE_CATEGORIES:
-                return False
-        else:  # NOT_LITERAL, ANY, a back-reference, a conditional: may consume it
-            return False
-    return True
-
-
-def _class_nul_free(items: Any) -> bool:
-    negated = False
-    holds = False
-    for op, av in items:
-        name = str(op)
-        if name == "NEGATE":
-            negated = True
-        elif name == "LITERAL":
-            holds = holds or av == 0
-        elif name == "RANGE":
-            holds = holds or av[0] == 0
-        elif name == "CATEGORY":
-            holds = holds or str(av) not in _NUL_FREE_CATEGORIES
-        else:
-            return False
-    return holds == negated
 
 
 # What a walk of a record knows besides the clean strings: the Settled dicts found clean, and

@@ -194,3 +194,42 @@ def test_a_remembered_verdict_keeps_the_kind_of_the_pattern_that_found_the_value
     detector = catalog.detector(per_request=True)
     assert [f.kind for f in detector.find("two=abcd1234")] == ["SECOND"]
     assert [f.kind for f in detector.find("one=abcd1234")] == ["FIRST"]
+
+
+# What `none_in` is asked about: a request's short texts, clean or holding an entity, and the
+# halves of entities, which no text holds whole.
+_SNIPPETS = [
+    *NEGATIVES,
+    *(text for cases in POSITIVES.values() for text, _ in cases),
+    *(
+        half
+        for cases in POSITIVES.values()
+        for _, value in cases
+        for half in (value[: len(value) // 2], value[len(value) // 2 :])
+    ),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_SNIPPETS), min_size=1, max_size=12))
+def test_texts_scanned_together_say_what_each_scan_would(texts: list[str]) -> None:
+    assert ALL.none_in(texts) == all(not ALL.find(text) for text in texts)
+
+
+def test_an_entity_split_between_two_texts_is_in_neither() -> None:
+    email = "jane.doe@example.com"
+    halves = [email[:9], email[9:]]
+    assert ALL.none_in(halves)
+    assert not ALL.none_in([*halves, email])
+    assert CATALOG.joinable(ALL.names)
+
+
+def test_kinds_whose_patterns_see_the_separator_are_scanned_one_by_one() -> None:
+    # `\Z` ends the joined text only: joined, "Z9" at the end of the first text would be missed.
+    kind = custom_pattern("TAIL_CODE", r"Z9\Z")
+    catalog = Catalog([*BUILTIN, kind])
+    assert not catalog.joinable(frozenset({"TAIL_CODE"}))
+    assert catalog.joinable(frozenset({"EMAIL"}))
+    detector = catalog.detector({"TAIL_CODE"})
+    assert not detector.none_in(["code Z9", "more"])
+    assert detector.none_in(["code Z8", "more"])

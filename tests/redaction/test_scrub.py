@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gateway.logs import JsonFormatter
 from gateway.redaction.detector import Catalog, Found, Verdicts
 from gateway.redaction.entities import BUILTIN, custom_pattern, literal_terms
+from gateway.redaction.joined import separator_blind
 from gateway.redaction.scrub import (
     CLEAN_MAX_CHARS,
     CLEAN_MAX_SETTLED,
@@ -21,7 +22,6 @@ from gateway.redaction.scrub import (
     Verbatim,
     scrub_record,
     scrub_text,
-    separator_blind,
 )
 from tests.redaction.corpus import JWT, PEM, POSITIVES
 
