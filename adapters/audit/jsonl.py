@@ -11,9 +11,9 @@ background, at most once per interval, one fsync for every batch written meanwhi
 
 A batch is appended on the event loop when the lock is free at once (a page-cache write
 of one batch), and in a worker thread when another process holds it; an fsync always runs
-in a worker thread. A thread costs a busy event loop far more than its own work: until it
-has the GIL back after a blocking call, every release of the GIL by the loop (each I/O
-callback) wakes it to try, so the hops are kept few (docs/benchmarks.md, "Decision log").
+in a worker thread. A thread costs a busy event loop far more than its own work (while it
+waits for the GIL after a blocking call, each release of it by the loop, around every I/O
+callback, can wake it to try), so the hops are kept few (docs/benchmarks.md, "Decision log").
 
 A line torn by a crash (no final newline) is left in place and reported by `verify`; new
 records continue the chain from the last complete line, on a fresh line.
