@@ -522,7 +522,7 @@ def _run_workers(config: GatewayConfig, host: str | None, port: int | None, work
     import uvicorn
     from uvicorn.config import STARTUP_FAILURE
 
-    from gateway.http_protocol import HTTP_PROTOCOL
+    from gateway.http_protocol import HTTP_PROTOCOL, KEEP_ALIVE_S
     from gateway.supervisor import Supervisor
     from gateway.worker_server import WorkerServer
 
@@ -542,7 +542,7 @@ def _run_workers(config: GatewayConfig, host: str | None, port: int | None, work
         proxy_headers=False,  # X-Forwarded-*: the gateway reads neither client address nor scheme
         log_config=None,
         backlog=4096,
-        timeout_keep_alive=30,
+        timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=30,
     )
     if count > 1:

@@ -22,6 +22,9 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 HTTP_PROTOCOL = "gateway.http_protocol:TurnBufferedHttpToolsProtocol"
+# How long an idle client connection is kept open: longer than uvicorn's 5 s, so that a client
+# reusing its pooled connection after a pause seldom meets the server closing it.
+KEEP_ALIVE_S = 30
 
 GATHER_MAX = 64 * 1024
 """Bytes held at most before they are sent, whatever the turn."""

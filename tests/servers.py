@@ -12,7 +12,7 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig
-from gateway.http_protocol import HTTP_PROTOCOL
+from gateway.http_protocol import HTTP_PROTOCOL, KEEP_ALIVE_S
 from gateway.keys import hash_key
 
 TEST_KEY = "tg-test-key-alpha"
@@ -72,6 +72,7 @@ def running_gateway(config: GatewayConfig) -> Iterator[RunningGateway]:
             access_log=False,
             proxy_headers=False,
             log_config=None,
+            timeout_keep_alive=KEEP_ALIVE_S,  # as `tollgate serve`'s
             timeout_graceful_shutdown=2,
         )
     )
