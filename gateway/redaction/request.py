@@ -147,12 +147,12 @@ def redact_request(
     # The short texts (a system prompt, tool results, the new turn), which are not remembered,
     # are scanned in one go; only when that finds something is each scanned on its own.
     short = [text for container, key, _ in slots if len(text := container[key]) < MIN_CHARS]
-    short_clean = len(short) > 1 and detector.none_in(short)
+    scanned = slots
+    if len(short) > 1 and detector.none_in(short):
+        scanned = [slot for slot in slots if len(slot[0][slot[1]]) >= MIN_CHARS]
     if mode == "block":
-        for container, key, _ in slots:
-            text = container[key]
-            if not (short_clean and len(text) < MIN_CHARS):
-                state.count(detector.find_remembered(text))
+        for container, key, _ in scanned:
+            state.count(detector.find_remembered(container[key]))
         if state.found:
             raise SensitiveDataBlocked(sorted(state.found))
         return
@@ -160,10 +160,8 @@ def redact_request(
     if mode == "tokenize":
         vault = Vault(p for container, key, _ in slots for p in placeholders_in(container[key]))
         state.vault = vault
-    for container, key, in_json in slots:
+    for container, key, in_json in scanned:
         text = container[key]
-        if short_clean and len(text) < MIN_CHARS:
-            continue
         found = detector.find_remembered(text)
         if not found:
             continue
