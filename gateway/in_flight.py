@@ -23,9 +23,10 @@ K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 
 # What a waiting caller is given: (the result, None), (None, the call's exception), or
-# _AGAIN when the call went with the caller that made it
-_Outcome = tuple[Any, BaseException | None]
-_AGAIN: Any = object()
+# _AGAIN when the call went with the caller that made it. Any, not a tuple type: compiled
+# (setup.py), an annotation is checked at run time, and _AGAIN is no tuple.
+_Outcome = Any
+_AGAIN = object()
 
 
 class InFlight(Generic[K, T]):

@@ -117,7 +117,8 @@ class JsonlWriter:
             data = b"".join(lines)
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view) :]
+                written = os.write(fd, view)  # not in the slice: compiled, its bounds are evaluated twice
+                view = view[written:]
         except BaseException:
             self._head = None
             raise

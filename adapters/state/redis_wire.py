@@ -26,7 +26,6 @@ URLs: `redis://[[user]:password@]host[:port][/db]`, `rediss://` (TLS, verified u
 from __future__ import annotations
 
 import asyncio
-import copy
 import hashlib
 import ssl
 from collections import deque
@@ -58,7 +57,7 @@ class RedisWire:
         unknown = set(options) - _URL_OPTIONS - _TLS_OPTIONS
         if unknown:
             raise ValueError(f"state.redis_url: option(s) not supported: {', '.join(sorted(unknown))}")
-        self._timeout_s = timeout_s
+        self._url, self._timeout_s = url, timeout_s
         self._path: str | None = options.get("path")
         self._host: str = options.get("host", "localhost")
         self._port = int(options.get("port", 6379))
@@ -93,12 +92,9 @@ class RedisWire:
 
     def at(self, host: str, port: int) -> RedisWire:
         """A wire to another server with the same credentials, TLS settings and timeout."""
-        other = copy.copy(self)
+        other = RedisWire(self._url, self._timeout_s)  # not copy.copy: a compiled class has no copy
         other._host, other._port = host, port
         other.describe = f"{host}:{port}"
-        other._connection = None
-        other._connect_lock = asyncio.Lock()
-        other._closed = False
         return other
 
     async def call(self, *args: str | bytes | int) -> Any:

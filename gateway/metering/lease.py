@@ -28,14 +28,6 @@ from gateway.metering.records import RateState, Settlement
 from gateway.sessions.records import SessionUpdate
 
 
-class LeaseDraw(NamedTuple):
-    """What one request took from a lease (on its ticket, for settle to give back)."""
-
-    lease: Lease
-    amounts: tuple[int, ...]  # per budget counter: the request's upper bound
-    costs: tuple[int, ...]  # per rate limit: requests (1) or tokens (the bound)
-
-
 class Lease:
     def __init__(
         self,
@@ -220,3 +212,11 @@ class Lease:
     def idle(self) -> bool:
         """Nothing in flight, nothing to send: nothing would be lost by forgetting it."""
         return self.inflight == 0 and not self.pending and self.sending is None and not self.held
+
+
+class LeaseDraw(NamedTuple):
+    """What one request took from a lease (on its ticket, for settle to give back)."""
+
+    lease: Lease
+    amounts: tuple[int, ...]  # per budget counter: the request's upper bound
+    costs: tuple[int, ...]  # per rate limit: requests (1) or tokens (the bound)

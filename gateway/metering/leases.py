@@ -260,9 +260,9 @@ class Leases:
         except StateStoreUnavailable as exc:
             self._failed(lease, exc)
             return
-        except Exception as exc:  # not the store's absence: admit nothing, try again later
+        except Exception as failure:  # not the store's absence: admit nothing, try again later
             logger.exception("lease call failed", extra={"tenant": lease.tenant})
-            self._failed(lease, StateStoreUnavailable(f"The lease call failed: {type(exc).__name__}."))
+            self._failed(lease, StateStoreUnavailable(f"The lease call failed: {type(failure).__name__}."))
             return
         lease.answered(sync, grant, now)
         if demand is not None:

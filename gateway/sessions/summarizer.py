@@ -114,9 +114,9 @@ class Summarizer:
         except asyncio.CancelledError:
             exchange.error_code = "timeout"
             raise
-        except Exception as exc:
+        except Exception as failure:
             exchange.status, exchange.error_code = 500, "internal_error"
-            raise SummaryFailed("failed", type(exc).__name__) from exc
+            raise SummaryFailed("failed", type(failure).__name__) from failure
         finally:
             await pipeline.finish(exchange)
             exchange.trace.end(exchange)

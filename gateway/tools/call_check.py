@@ -53,8 +53,8 @@ def check_arguments(constraints: Mapping[str, ArgConstraint], arguments: str) ->
     """None when every constrained argument is a string pointing where its rule allows."""
     try:
         parsed = json.loads(arguments, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-    except _DuplicateKey as exc:
-        return f"the arguments repeat the key {str(exc)!r}"
+    except _DuplicateKey as duplicate:
+        return f"the arguments repeat the key {str(duplicate)!r}"
     except (ValueError, RecursionError):
         return "the arguments are not valid JSON"
     if not isinstance(parsed, dict):
@@ -66,8 +66,8 @@ def check_arguments(constraints: Mapping[str, ArgConstraint], arguments: str) ->
             return f"the policy's argument path {path!r} is invalid"
         except MissingArgument:
             return f"required argument {path!r} is missing"
-        except ShapeMismatch as exc:
-            return f"argument {path!r}: {exc}"
+        except ShapeMismatch as mismatch:  # its own name: compiled, a name keeps its first type
+            return f"argument {path!r}: {mismatch}"
         for value in found:
             if not isinstance(value, str):
                 return f"argument {path!r} is not a string but {_json_type(value)}"
