@@ -827,13 +827,18 @@ throughput; that is why the gateway's upstream client is aiohttp.
 
 
 def git_revision() -> str:
-    """Short HEAD, marked when the tree has uncommitted changes; "unknown" outside a checkout."""
+    """Short HEAD, marked when the tree has uncommitted changes and when its request path is
+    compiled (scripts/compile.sh); "unknown" outside a checkout."""
+    from gateway.build import compiled
+
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         )
         dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, check=True)
-        return head.stdout.strip() + (" (uncommitted changes)" if dirty.stdout.strip() else "")
+        marked = (("uncommitted changes", bool(dirty.stdout.strip())), ("compiled", compiled()))
+        marks = [mark for mark, on in marked if on]
+        return head.stdout.strip() + (f" ({', '.join(marks)})" if marks else "")
     return "unknown"
 
 

@@ -7,11 +7,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
+from gateway.build import stale_compiled
 from simulator import RunningSimulator, SimConfig, Simulator
 from tests.harness import free_port, openai_upstream, wait_before_day_end
 from tests.servers import TEST_KEY, UPSTREAM_KEY, RunningGateway, gateway_config, running_gateway
@@ -19,6 +21,18 @@ from tests.servers import TEST_KEY, UPSTREAM_KEY, RunningGateway, gateway_config
 MAX_BODY_BYTES = 16 * 1024
 # Longer than any module that uses `one_budget_day` takes, on a slow machine.
 BUDGET_DAY_MODULE_S = 300
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compiled modules built in place (scripts/compile.sh) shadow their sources: an edit made
+    since would not be what the tests run."""
+    stale = stale_compiled(Path(__file__).resolve().parent.parent)
+    if stale:
+        pytest.exit(
+            f"compiled modules are older than their sources ({', '.join(stale[:5])}...): "
+            "run scripts/compile.sh again, or scripts/compile.sh --clean for plain Python",
+            returncode=4,
+        )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
