@@ -11,15 +11,11 @@ from typing import Any
 
 from setuptools import setup
 
-# The modules every request runs through. Left out, whatever their path: package
-# `__init__` files (a compiled package init under a plain parent breaks the import order),
-# and modules mypyc cannot compile (async generators: gateway/pipeline.py and the upstream
-# stream readers; classes inheriting builtins: gateway/redaction/scrub.py), and
-# gateway/logs.py, whose handler and formatter subclass the logging module's classes (a
-# compiled subclass crashed when the logging module dropped its handler), and the edge,
-# gateway/http.py: compiled, the errors of requests that had waited together on one lease
-# call were lost (four of five answered nothing at all when the store went down; not
-# understood, so it stays Python: its own work is small).
+# The modules every request runs through. Left plain (docs/architecture.md, Compiled request
+# path, says why for each): package `__init__` files; what mypyc cannot compile (the async
+# generators of gateway/pipeline.py and the upstream stream readers, gateway/redaction/scrub.py's
+# subclasses of dict and str); what the test suite found wrong compiled (gateway/logs.py, the
+# edge gateway/http.py); gateway/redaction/detector.py, whose catalog the tests subclass.
 COMPILED = (
     "gateway/access_log.py",
     "gateway/chunk_shapes.py",
@@ -42,7 +38,6 @@ COMPILED = (
     "gateway/sessions/*.py",
     "gateway/tools/*.py",
     "gateway/policy/input.py",
-    "gateway/redaction/detector.py",
     "gateway/redaction/guard.py",
     "gateway/redaction/joined.py",
     "gateway/redaction/prefilter.py",
@@ -60,15 +55,9 @@ COMPILED = (
     "adapters/upstream/openai_compat.py",
 )
 # Matched above and left plain: pydantic models (read once, at config load; pydantic builds
-# them from the class at run time); an error class whose class attributes override its
-# plain base's (compiled, the overrides were not seen: a 429 went out as a 500); the
-# detector catalog, which the tests' fault injection subclasses (a compiled class cannot
-# be subclassed by plain Python).
-PLAIN = (
-    "gateway/sessions/config.py",
-    "gateway/sessions/refusals.py",
-    "gateway/redaction/detector.py",
-)
+# them from the class at run time), and an error class whose class attributes override its
+# plain base's (compiled, the overrides were not seen: a 429 went out as a 500).
+PLAIN = ("gateway/sessions/config.py", "gateway/sessions/refusals.py")
 
 
 def compiled_modules() -> list[str]:
