@@ -62,6 +62,7 @@ def refused_within(gateway: RunningGateway, key: str, seconds: float) -> bool:
         assert status == 200
         if time.monotonic() > deadline:
             return False
+        time.sleep(0.1)  # paced: a fast gateway would otherwise meet the key's own rate limit first
 
 
 def audit_records(tmp_path: Path, count: int) -> list[dict[str, Any]]:
