@@ -9,7 +9,6 @@ from pathlib import Path
 import gateway.exchange
 
 _PACKAGES = ("gateway", "adapters", "telemetry")
-_SHARED_LIBRARY = "_native__mypyc"  # setup.py's group name, gateway._native
 
 
 def compiled() -> bool:
@@ -22,10 +21,8 @@ def stale_compiled(root: Path) -> list[str]:
     stale = []
     for package in _PACKAGES:
         for library in (root / package).rglob("*.so"):
-            stem = library.name.split(".", 1)[0]
-            if stem == _SHARED_LIBRARY:
-                continue
-            source = library.with_name(f"{stem}.py")
+            # The shared library (gateway/_native__mypyc) has no source: never stale.
+            source = library.with_name(f"{library.name.split('.', 1)[0]}.py")
             if source.exists() and source.stat().st_mtime > library.stat().st_mtime:
                 stale.append(str(source.relative_to(root)))
     return sorted(stale)
