@@ -14,8 +14,8 @@ from setuptools import setup
 # The modules every request runs through. Left plain (docs/architecture.md, Compiled request
 # path, says why for each): package `__init__` files; what mypyc cannot compile (the async
 # generators of gateway/pipeline.py and the upstream stream readers, gateway/redaction/scrub.py's
-# subclasses of dict and str); what the test suite found wrong compiled (gateway/logs.py, the
-# edge gateway/http.py); gateway/redaction/detector.py, whose catalog the tests subclass.
+# subclasses of dict and str); what the test suite found wrong compiled (gateway/logs.py);
+# gateway/redaction/detector.py, whose catalog the tests subclass.
 COMPILED = (
     "gateway/access_log.py",
     "gateway/chunk_shapes.py",
@@ -23,6 +23,7 @@ COMPILED = (
     "gateway/exchange.py",
     "gateway/forward.py",
     "gateway/guards.py",
+    "gateway/http.py",
     "gateway/http_body.py",
     "gateway/in_flight.py",
     "gateway/keys.py",
@@ -54,10 +55,11 @@ COMPILED = (
     "adapters/upstream/http_connection.py",
     "adapters/upstream/openai_compat.py",
 )
-# Matched above and left plain: pydantic models (read once, at config load; pydantic builds
-# them from the class at run time), and an error class whose class attributes override its
-# plain base's (compiled, the overrides were not seen: a 429 went out as a 500).
-PLAIN = ("gateway/sessions/config.py", "gateway/sessions/refusals.py")
+# Matched above and left plain: the `tollgate sessions` command (not on the request path),
+# pydantic models (read once, at config load; pydantic builds them from the class at run
+# time), and an error class whose class attributes override its plain base's (compiled, the
+# overrides were not seen: a 429 went out as a 500).
+PLAIN = ("gateway/sessions/commands.py", "gateway/sessions/config.py", "gateway/sessions/refusals.py")
 
 
 def compiled_modules() -> list[str]:

@@ -5,6 +5,7 @@ benchmark's own.
     python -m bench.leases [--rounds R] [--duration S] [--workers N] [--base REV] [--no-doc]
     python -m bench.leases --profile whole  # py-spy on one worker of a variant under load
     python -m bench.leases --profile whole --profile-streams  # the same under a load of streams
+    python -m bench.leases --profile whole --native  # with C frames: the compiled modules' own
     python -m bench.leases --micro          # one request's metering in process: exact vs leased
 
 Variants, each started fresh and loaded in turn every round (wrk c64, after a warm-up),
@@ -298,10 +299,10 @@ def profile_variant(
     proc, port = start("profiled")
     server = spine.Server("profiled", proc, port, tmp / "profiled.log", {})
     options = argparse.Namespace(
-        warmup=args.warmup, profile_seconds=args.duration, profile_rate=200, native=False
+        warmup=args.warmup, profile_seconds=args.duration, profile_rate=200, native=args.native
     )
     result = profile(stack, server, options, tmp, script)
-    for title in ("areas", "inclusive", "self_python"):
+    for title in ("areas", "inclusive", "self_python", *(("self",) if args.native else ())):
         print(f"-- {title}")
         for row in result[title][:25]:
             print(f"{row['pct']:5.1f} %  {row['function']}")
@@ -459,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--profile", help="py-spy one worker of this variant (whole, spine...) instead")
     parser.add_argument("--profile-streams", action="store_true", help="profile under a load of streams")
+    parser.add_argument("--native", action="store_true", help="profile C frames too (the compiled modules)")
     args = parser.parse_args(argv)
     spine.QUIET_MAX_WAIT_S = args.quiet_wait
     if args.micro:

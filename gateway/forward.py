@@ -176,16 +176,20 @@ class Forwarder:
             chunks = aiter(stream)
             first = await anext(chunks, None)
         except BaseException as exc:
-            try:
-                if stream is not None:
-                    await stream.aclose()
-            finally:
-                pool.release(replica)
-            if isinstance(exc, UpstreamError):
-                self._fail(shared.exchange, attempt, pool, replica, exc)
-            raise
-        self._succeed(attempt, pool, replica, 200)
-        return OpenStream(_LeasedStream(stream, pool, replica), chunks, first, upstream)
+            failure = exc
+        else:
+            self._succeed(attempt, pool, replica, 200)
+            return OpenStream(_LeasedStream(stream, pool, replica), chunks, first, upstream)
+        # Closed after the `except`, not in it: compiled, an await in an except block that then
+        # re-raises can lose the exception (docs/architecture.md, Compiled request path).
+        try:
+            if stream is not None:
+                await stream.aclose()
+        finally:
+            pool.release(replica)
+        if isinstance(failure, UpstreamError):
+            self._fail(shared.exchange, attempt, pool, replica, failure)
+        raise failure
 
     def _request(
         self, shared: _Try, route: UpstreamRoute, candidate: Candidate, replica: int, now: float

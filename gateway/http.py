@@ -303,6 +303,7 @@ class GatewayASGI:
         pipeline = services.pipeline
         exchange.trace = trace = services.tracer.begin(exchange)
         correlation = CORRELATION.set(Correlation(request_id, trace))
+        failure: BaseException | None = None
         try:
             if "x-request-timeout" in headers:
                 exchange.deadline = now + request_timeout(
@@ -334,18 +335,23 @@ class GatewayASGI:
             exchange.error_code = exc.code
             for name, value in exchange.response_headers.items():  # e.g. x-ratelimit-*, on errors too
                 exc.headers.setdefault(name, value)
-            raise
-        except ClientGone:
+            failure = exc
+        except ClientGone as gone:
             exchange.error_code = "client_disconnected"
-            raise
-        except Exception:
+            failure = gone
+        except Exception as error:
             exchange.status = 500
             exchange.error_code = "internal_error"
-            raise
-        finally:
-            await pipeline.finish(exchange)
-            trace.end(exchange)
-            CORRELATION.reset(correlation)
+            failure = error
+        except BaseException as cancelled:
+            failure = cancelled
+        # Not a `finally`: compiled, an await there can lose the exception passing through it
+        # (docs/architecture.md, Compiled request path).
+        await pipeline.finish(exchange)
+        trace.end(exchange)
+        CORRELATION.reset(correlation)
+        if failure is not None:
+            raise failure
 
     async def _stream(
         self, pipeline: Pipeline, exchange: Exchange, door: Door, receive: Receive, send: Send
@@ -366,9 +372,9 @@ class GatewayASGI:
                         exchange.first_byte_at = time.monotonic()
                         started = True
                     await send({"type": "http.response.body", "body": event, "more_body": True})
-            except Exception:
+            except Exception as exc:
                 if not started:
-                    raise
+                    raise exc
                 # Headers are out: the only honest signal left is an error event and the end.
                 logger.exception("stream failed", extra={"request_id": exchange.request_id})
                 exchange.status, exchange.error_code = 500, "internal_error"
@@ -378,17 +384,21 @@ class GatewayASGI:
 
         relay_task = asyncio.ensure_future(relay())
         watcher = asyncio.ensure_future(wait_for_disconnect(receive))
+        cancelled: BaseException | None = None
         try:
             await asyncio.wait((relay_task, watcher), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not relay_task.done():
-                # The client went away (or this task was cancelled): stop relaying, which
-                # closes the upstream stream in the relay's own finally.
-                relay_task.cancel()
-                exchange.error_code = exchange.error_code or "client_disconnected"
-                with contextlib.suppress(asyncio.CancelledError):
-                    await relay_task
-            watcher.cancel()
+        except BaseException as stopped:  # this task cancelled (an await in a `finally` would lose it)
+            cancelled = stopped
+        if not relay_task.done():
+            # The client went away (or this task was cancelled): stop relaying, which
+            # closes the upstream stream in the relay's own finally.
+            relay_task.cancel()
+            exchange.error_code = exchange.error_code or "client_disconnected"
+            with contextlib.suppress(asyncio.CancelledError):
+                await relay_task
+        watcher.cancel()
+        if cancelled is not None:
+            raise cancelled
         if not relay_task.cancelled():
             relay_task.result()
 

@@ -76,3 +76,34 @@ def test_no_copy_of_a_compiled_object(module: str) -> None:
     """A compiled class has no copy or pickle support."""
     source = (ROOT / module).read_text()
     assert "copy.copy(" not in source and "copy.deepcopy(" not in source, module
+
+
+def _awaits(statements: list[ast.stmt]) -> int | None:
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, (ast.Await, ast.AsyncWith, ast.AsyncFor)):
+                return node.lineno
+    return None
+
+
+@pytest.mark.parametrize("module", COMPILED)
+def test_no_await_in_a_finally_block(module: str) -> None:
+    """Compiled, a coroutine awaited by compiled code loses the exception passing through a
+    `finally` block that suspends: the coroutine returns as if nothing had been raised."""
+    for node in ast.walk(_tree(module)):
+        if isinstance(node, ast.Try | ast.TryStar) and node.finalbody:
+            line = _awaits(node.finalbody)
+            assert line is None, f"{module}:{line}: an await in the finally block of line {node.lineno}"
+
+
+@pytest.mark.parametrize("module", COMPILED)
+def test_an_except_block_that_awaits_reraises_by_name(module: str) -> None:
+    """Compiled, a bare `raise` after an await in the same except block loses the exception
+    (or crashes the process): `raise exc` names it."""
+    for node in ast.walk(_tree(module)):
+        if isinstance(node, ast.ExceptHandler) and _awaits(node.body) is not None:
+            for statement in node.body:
+                for inner in ast.walk(statement):
+                    assert not (isinstance(inner, ast.Raise) and inner.exc is None), (
+                        f"{module}:{inner.lineno}: a bare raise in an except block that awaits"
+                    )

@@ -99,6 +99,20 @@ class Summarizer:
 
     async def _run(self, pipeline: Pipeline, exchange: Exchange) -> str:
         exchange.trace = self._tracer.begin(exchange)
+        failure: BaseException | None = None
+        try:
+            response = await self._respond(pipeline, exchange)
+        except BaseException as exc:
+            failure = exc
+        # Not a `finally`: compiled, an await there can lose the exception passing through it
+        # (docs/architecture.md, Compiled request path).
+        await pipeline.finish(exchange)
+        exchange.trace.end(exchange)
+        if failure is not None:
+            raise failure
+        return _text(response)
+
+    async def _respond(self, pipeline: Pipeline, exchange: Exchange) -> dict[str, Any]:
         try:
             await pipeline.prepare(exchange)
             response = await pipeline.respond(exchange)
@@ -117,10 +131,7 @@ class Summarizer:
         except Exception as failure:
             exchange.status, exchange.error_code = 500, "internal_error"
             raise SummaryFailed("failed", type(failure).__name__) from failure
-        finally:
-            await pipeline.finish(exchange)
-            exchange.trace.end(exchange)
-        return _text(response)
+        return response
 
 
 def _text(response: dict[str, Any]) -> str:
