@@ -13,8 +13,9 @@ from setuptools import setup
 
 # The modules every request runs through. Left plain (docs/architecture.md, Compiled request
 # path, says why for each): package `__init__` files; what mypyc cannot compile (the async
-# generators of gateway/pipeline.py and the upstream stream readers, gateway/redaction/scrub.py's
-# subclasses of dict and str); what the test suite found wrong compiled (gateway/logs.py);
+# generators of gateway/stream_relay.py and the upstream stream readers, the subclasses of
+# dict and str in gateway/redaction/marks.py); what the test suite found wrong compiled
+# (gateway/logs.py);
 # gateway/redaction/detector.py, whose catalog the tests subclass.
 COMPILED = (
     "gateway/access_log.py",
@@ -28,7 +29,9 @@ COMPILED = (
     "gateway/image_parts.py",
     "gateway/in_flight.py",
     "gateway/keys.py",
+    "gateway/log_line.py",
     "gateway/output_limit.py",
+    "gateway/pipeline.py",
     "gateway/random_ids.py",
     "gateway/request_ids.py",
     "gateway/stream_deadline.py",
@@ -45,6 +48,7 @@ COMPILED = (
     "gateway/redaction/joined.py",
     "gateway/redaction/prefilter.py",
     "gateway/redaction/request.py",
+    "gateway/redaction/scrub.py",
     "gateway/redaction/settings.py",
     "gateway/redaction/state.py",
     "gateway/redaction/window.py",

@@ -92,13 +92,13 @@ def measure(
             for raw, follows in zip(events, more, strict=True):
                 if tells:
                     exchange.more_in_hand = follows
-                for out in pipeline._guard_chunk(exchange, Chunk(raw), 0):
+                for out in pipeline.guard_chunk(exchange, Chunk(raw), 0):
                     OPENAI_STREAM.chunk(out)
             if tells:
                 exchange.more_in_hand = False
             for index, guard in enumerate(pipeline.guards):
                 for held in guard.on_end(exchange):
-                    for out in pipeline._guard_chunk(exchange, held, index + 1):
+                    for out in pipeline.guard_chunk(exchange, held, index + 1):
                         OPENAI_STREAM.chunk(out)
         per_stream.append((time.process_time() - started) / streams * 1e6)
     return per_stream

@@ -12,7 +12,7 @@ import time
 
 from gateway.exchange import Exchange
 from gateway.logs import log_info
-from gateway.redaction.scrub import Verbatim
+from gateway.redaction.marks import Verbatim
 
 logger = logging.getLogger("tollgate.access")
 

@@ -17,9 +17,8 @@ import sys
 import time
 from typing import Any, TextIO
 
-import orjson
-
-from gateway.redaction.scrub import Scrubber, Verbatim, default_scrubber
+from gateway.log_line import LineMaker
+from gateway.redaction.scrub import Scrubber, default_scrubber
 from gateway.tracing import CORRELATION
 
 # Attributes every LogRecord has; anything else was passed through `extra=` and is a field.
@@ -30,60 +29,22 @@ _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) 
 }
 
 
-_JSON_VALUES = (str, int, float, bool, type(None), dict, list, tuple)
-# The exact types, a set look-up before isinstance (the gateway's own ids, Verbatim, among them)
-_JSON_TYPES = frozenset((*_JSON_VALUES, Verbatim))
-
-
 class JsonFormatter(logging.Formatter):
     def __init__(self, scrubber: Scrubber | None = None) -> None:
         super().__init__()
-        self._scrubber = scrubber or default_scrubber()
-        self._second = -1
-        self._second_text = ""
-
-    def _timestamp(self, created: float) -> str:
-        second = int(created)
-        if second != self._second:  # strftime once a second, not once a line
-            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._second = second
-        return f"{self._second_text}.{int((created - second) * 1000):03d}Z"
+        self._lines = LineMaker(scrubber or default_scrubber())
 
     def format(self, record: logging.LogRecord) -> str:
         fields = {k: v for k, v in record.__dict__.items() if k not in _STANDARD and k[0] != "_"}
         exc = self.formatException(record.exc_info) if record.exc_info else None
         level = record.levelname.lower()
-        return self.line(record.created, level, record.name, record.getMessage(), fields, exc)
+        return self._lines.line(record.created, level, record.name, record.getMessage(), fields, exc)
 
     def line(
         self, created: float, level: str, name: str, msg: str, fields: dict[str, Any], exc: str | None = None
     ) -> str:
-        # The timestamp is the gateway's own and new on every line: not scrubbed (a scan could
-        # take its digits for a phone number), and kept out of the scrubber's clean cache.
-        entry: dict[str, Any] = {
-            "ts": Verbatim(self._timestamp(created)),
-            "level": level,
-            "logger": name,
-            "msg": msg,
-        }
-        if _JSON_TYPES.issuperset(map(type, fields.values())):  # the usual line: in one test
-            entry.update(fields)
-        else:
-            for key, value in fields.items():
-                # Anything orjson would stringify is stringified first, so that it is scrubbed too.
-                if type(value) in _JSON_TYPES or isinstance(value, _JSON_VALUES):
-                    entry[key] = value
-                else:
-                    entry[key] = str(value)
-        correlation = CORRELATION.get()
-        if correlation is not None:  # a line written while serving a request
-            entry.setdefault("request_id", correlation.request_id)
-            if correlation.trace.trace_id is not None:
-                entry.setdefault("trace_id", correlation.trace.trace_id)
-                entry.setdefault("span_id", correlation.trace.span_id)
-        if exc is not None:
-            entry["exc"] = exc
-        return orjson.dumps(self._scrubber.record(entry), default=str).decode()
+        """The JSON line of a message and its fields (gateway/log_line.py), scrubbed."""
+        return self._lines.line(created, level, name, msg, fields, exc)
 
 
 class BatchedLineHandler(logging.Handler):

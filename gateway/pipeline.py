@@ -13,17 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway import cohorts
 from gateway.doors.openai import OPENAI_STREAM
-from gateway.errors import GatewayError, UpstreamError
+from gateway.errors import UpstreamError
 from gateway.exchange import Exchange
 from gateway.forward import Forwarder, OpenStream
 from gateway.guards import ErrorGuard, ResponseGuard
 from gateway.ports import Chunk
-from gateway.stream_deadline import StreamDeadline
+from gateway.stream_relay import relay
 
 if TYPE_CHECKING:
     from gateway.doors.base import StreamEncoder
@@ -98,66 +98,15 @@ class Pipeline:
         for guard in self.error_guards:
             guard.on_error(exchange, error)
 
-    async def relay(
+    def relay(
         self, exchange: Exchange, opened: OpenStream, encoder: StreamEncoder = OPENAI_STREAM
     ) -> AsyncIterator[bytes]:
-        """Server-sent events for the client, chunk by chunk, through the guards, then
-        through the door's encoder (OpenAI's chunks as they are, by default).
+        """Server-sent events for the client, through the guards and the door's encoder
+        (gateway/stream_relay.py)."""
+        return relay(self, exchange, opened, encoder)
 
-        The first events go out as soon as they are ready; after them, the events of the
-        chunks one upstream read brought (those the stream has in hand, `ready`) go out
-        together, as one message, when the last of them has been through the guards; the
-        guards know which chunks have others after them (`Exchange.more_in_hand`).
-
-        A failure mid-stream (the upstream's, or a guard's) becomes an error event and the stream ends without
-        [DONE], which OpenAI clients report as an error. The upstream stream is closed in
-        every case, including when the client goes away and this generator is cancelled.
-        """
-        deadline = StreamDeadline(exchange.deadline)
-        ready: Callable[[], int] = getattr(opened.stream, "ready", _none_ready)
-        held: list[bytes] = []  # events not sent yet: their chunks' read has more chunks in hand
-        started = False
-        try:
-            chunk = opened.first
-            while chunk is not None:
-                exchange.more_in_hand = started and ready() > 0
-                for out in self._guard_chunk(exchange, chunk, 0):
-                    if event := encoder.chunk(out):
-                        held.append(event)
-                if held and not exchange.more_in_hand:  # the last of its read (or the first chunk)
-                    yield held[0] if len(held) == 1 else b"".join(held)
-                    held.clear()
-                    started = True
-                chunk = await deadline.next(opened.chunks)
-            exchange.more_in_hand = False
-            if held:  # a stream that said it had more in hand, and ended
-                yield b"".join(held)
-                held.clear()
-            for index, guard in enumerate(self.guards):
-                for held_chunk in guard.on_end(exchange):
-                    for out in self._guard_chunk(exchange, held_chunk, index + 1):
-                        if event := encoder.chunk(out):
-                            yield event
-            yield await encoder.done()
-        except GatewayError as exc:  # upstream failures, and a guard's own refusal or failure
-            if isinstance(exc, UpstreamError):
-                try:
-                    self._guard_error(exchange, exc)
-                except GatewayError as refused:  # the guard's own failure replaces the upstream's
-                    exc = refused
-            exchange.status = exc.status
-            exchange.error_code = exc.code
-            held.append(encoder.error(exc))
-            yield b"".join(held)
-        except Exception:
-            if held:  # what came before the failure goes out, as it would have one by one
-                yield b"".join(held)
-            raise
-        finally:
-            deadline.close()
-            await opened.stream.aclose()
-
-    def _guard_chunk(self, exchange: Exchange, chunk: Chunk, start: int) -> list[Chunk]:
+    def guard_chunk(self, exchange: Exchange, chunk: Chunk, start: int) -> list[Chunk]:
+        """`chunk` through the guards from the `start`th on: what comes out for the client."""
         chunks = [chunk]
         for guard in self.guards[start:]:
             if len(chunks) == 1:
@@ -185,8 +134,3 @@ class Pipeline:
                 )
         if cancelled:
             raise asyncio.CancelledError
-
-
-def _none_ready() -> int:
-    """A stream that cannot tell what it has in hand: each chunk's events go out on their own."""
-    return 0

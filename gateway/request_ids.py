@@ -21,7 +21,7 @@ import re
 from typing import Literal
 
 from gateway.random_ids import random_hex
-from gateway.redaction.scrub import Verbatim
+from gateway.redaction.marks import Verbatim
 
 _WELL_FORMED = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}")
 

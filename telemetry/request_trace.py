@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from gateway.errors import GatewayError
 from gateway.exchange import Attempt, Exchange
 from gateway.ports import Upstream
-from gateway.redaction.scrub import Verbatim
+from gateway.redaction.marks import Verbatim
 from gateway.tracing import RequestTrace
 from telemetry import names as n
 from telemetry import otlp_wire, traceparent

@@ -18,7 +18,7 @@ import orjson
 from gateway.errors import InvalidRequest
 from gateway.exchange import Endpoint, Exchange
 from gateway.policy.defer import CAPACITY_OK
-from gateway.redaction.scrub import Settled
+from gateway.redaction.marks import Settled
 from gateway.sessions.bands import NO_SESSION
 
 DATA_CLASS_HEADER = "x-data-class"

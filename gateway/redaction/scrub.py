@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from gateway.redaction.detector import Catalog, Detector, Found
 from gateway.redaction.entities import BUILTIN
 from gateway.redaction.joined import SEPARATOR
+from gateway.redaction.marks import Settled, Verbatim
 from gateway.redaction.window import redact_whole
 
 T = TypeVar("T")
@@ -42,31 +43,6 @@ CLEAN_MAX_STRINGS = 4096
 """The table of clean strings is emptied when it holds this many."""
 CLEAN_MAX_SETTLED = 1024
 """The table of Settled dicts found clean is emptied when it holds this many."""
-
-
-class Verbatim(str):
-    """An id the gateway rendered as hex digits, and nothing else: never scrubbed."""
-
-    __slots__ = ()
-
-
-class Settled(dict[str, Any]):
-    """A dict whose content is fixed, but for the entries named in `variable`.
-
-    `key`, when given, identifies that content exactly (bytes such as its canonical JSON,
-    Verbatim strings in the same places), so another dict with the same key is known clean
-    once one was; without a key the dict itself is remembered (it must then never change).
-    The scrubber walks a Settled dict whole the first time, then only its variable entries.
-    """
-
-    __slots__ = ("key", "variable")
-
-    def __init__(
-        self, content: dict[str, Any], key: bytes | None = None, variable: tuple[str, ...] = ()
-    ) -> None:
-        super().__init__(content)
-        self.key = key
-        self.variable = variable
 
 
 def marker(found: Found, value: str) -> str:

@@ -25,7 +25,7 @@ from gateway.policy.defer import capacity_fact, deferred, defers
 from gateway.policy.input import BUDGET_OK, PolicyInput, build_input, webhook_input
 from gateway.ports import AuditSink, EngineResult, PolicyEngine
 from gateway.random_ids import random_hex
-from gateway.redaction.scrub import Settled, Verbatim
+from gateway.redaction.marks import Settled, Verbatim
 
 logger = logging.getLogger("tollgate.policy")
 

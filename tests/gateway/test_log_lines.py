@@ -22,7 +22,8 @@ import pytest
 import yaml
 
 from gateway.logs import BatchedLineHandler, JsonFormatter, flush_logs, log_info
-from gateway.redaction.scrub import Verbatim, scrub_text
+from gateway.redaction.marks import Verbatim
+from gateway.redaction.scrub import scrub_text
 from gateway.request_ids import request_id_from
 from gateway.tracing import CORRELATION, Correlation
 from simulator import RunningSimulator

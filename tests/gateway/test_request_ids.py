@@ -15,7 +15,8 @@ import httpx
 import orjson
 import pytest
 
-from gateway.redaction.scrub import Verbatim, scrub_text
+from gateway.redaction.marks import Verbatim
+from gateway.redaction.scrub import scrub_text
 from gateway.request_ids import UpstreamIds, upstream_form
 from simulator import RecordedRequest, RunningSimulator
 from tests.harness import HELLO, captured_logs, eventually, openai_upstream, upstream_id

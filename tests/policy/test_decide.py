@@ -19,7 +19,8 @@ from gateway.errors import NotFound, PermissionDenied, PolicyUnavailable
 from gateway.exchange import Endpoint, Exchange, Principal, Tenant
 from gateway.policy.cache import DecisionCache
 from gateway.ports import PolicyEngine
-from gateway.redaction.scrub import Verbatim, scrub_record
+from gateway.redaction.marks import Verbatim
+from gateway.redaction.scrub import scrub_record
 from gateway.stages.decide import Decide
 from tests.policy.conftest import ENTRYPOINT, policy_config
 from tests.policy.opa_server import OpaProtocolServer

@@ -13,13 +13,12 @@ from gateway.logs import JsonFormatter
 from gateway.redaction.detector import Catalog, Found, Verdicts
 from gateway.redaction.entities import BUILTIN, custom_pattern, literal_terms
 from gateway.redaction.joined import separator_blind
+from gateway.redaction.marks import Settled, Verbatim
 from gateway.redaction.scrub import (
     CLEAN_MAX_CHARS,
     CLEAN_MAX_SETTLED,
     CLEAN_MAX_STRINGS,
     Scrubber,
-    Settled,
-    Verbatim,
     scrub_record,
     scrub_text,
 )
