@@ -21,7 +21,8 @@ each with `--workers` workers (default 2):
   pipeline without one of its parts (without the policy: no decisions, no decision log, no
   redaction), for what each part costs a loaded gateway;
 - base (with `--base REV`): the whole pipeline of that revision (a git worktree of it,
-  imported first), for the before/after of everything else; and spine-base, that revision's
+  imported first; `--base-tree PATH`, a checkout of it made and compiled beforehand, for a
+  compiled before against a compiled after), for the before/after of everything else; and spine-base, that revision's
   spine (when the spine is run).
 
 Per run: RPS, the server's CPU per request (its process tree), RSS per worker, and from the
@@ -174,7 +175,7 @@ def run_variants(args: argparse.Namespace) -> dict[str, Any]:
         if args.ablate:
             starts |= {f"whole-no-{part}": whole(True, without=part) for part in ABLATIONS}
         if args.base:
-            base = base_tree(args.base, tmp)
+            base = Path(args.base_tree) if args.base_tree else base_tree(args.base, tmp)
             starts["base"] = whole(None, base)
             if "spine" in starts:  # the spine's own before/after
 
@@ -222,7 +223,7 @@ def run_variants(args: argparse.Namespace) -> dict[str, Any]:
         }
     finally:
         procs.stop_all()
-        if base is not None:
+        if base is not None and not args.base_tree:  # a tree of the caller's is left as it is
             remove = ["git", "-C", str(spine.ROOT), "worktree", "remove", "--force", str(base)]
             subprocess.run(remove, check=False)
 
@@ -447,6 +448,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--workers", type=int, default=2, help="workers of every server")
     parser.add_argument("--base", help="also the whole pipeline of this git revision (before)")
+    parser.add_argument(
+        "--base-tree",
+        help="--base's revision already checked out here (and compiled: scripts/compile.sh), "
+        "rather than in a fresh, plain worktree",
+    )
     parser.add_argument("--quiet-wait", type=float, default=3.0, help="max wait for an idle machine per run")
     parser.add_argument("--no-doc", action="store_true")
     parser.add_argument("--only", help="comma-separated variants to run (default: all)")
