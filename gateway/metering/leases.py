@@ -2,8 +2,8 @@
 
 A worker that meters many requests of one plan (a tenant's, or a key's) a second takes a
 *slice* of its budgets and rate limits in one store call (a lease), admits requests
-against it with no store call, and sends their settlements together: at most every
-`FLUSH_S`, or at once when `FLUSH_EVERY` are waiting. Each call also tops the slice up (or
+against it with no store call, and sends their settlements together: at most `FLUSH_S`
+(and a tick) after the first of them, or at once when `FLUSH_EVERY` are waiting. Each call also tops the slice up (or
 shrinks it), so a busy plan costs the store one call per flush interval.
 
 Sizing: a slice covers `HORIZON_S` of the plan's recent rate here, and takes at most
@@ -38,8 +38,13 @@ from gateway.ports import StateStore
 logger = logging.getLogger("tollgate.metering")
 
 HORIZON_S = 0.25  # a slice covers this long of the plan's recent rate in this worker
-FLUSH_S = 0.025  # a finished request's settlement waits at most this long (plus one tick)
-FLUSH_EVERY = 64  # ... or until this many wait
+# A finished request's settlement waits at most FLUSH_S (plus one tick, TICK_S), or until
+# FLUSH_EVERY wait. Longer batches fold more of a session's turns into one record update and
+# cost the store fewer calls (docs/benchmarks.md, "Longer settle batches"); the wait is what
+# the store's view of the spend, and a session's record, may trail by.
+FLUSH_S = 0.05
+FLUSH_EVERY = 128
+TICK_S = FLUSH_S / 2
 IDLE_S = 0.5  # a lease unused this long is given back
 SHARE = 16  # a slice takes at most this fraction of what a hard limit has left
 MIN_REQUESTS = 8  # a slice smaller than this many requests: exact reservations instead
@@ -304,7 +309,7 @@ class Leases:
 
     async def _tick(self) -> None:
         while self._leases:
-            await asyncio.sleep(FLUSH_S)
+            await asyncio.sleep(TICK_S)
             now = self._monotonic()
             for key, lease in list(self._leases.items()):
                 if lease.lease_id in self._syncs:
