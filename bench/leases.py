@@ -22,8 +22,8 @@ each with `--workers` workers (default 2):
   redaction), for what each part costs a loaded gateway;
 - base (with `--base REV`): the whole pipeline of that revision (a git worktree of it,
   imported first; `--base-tree PATH`, a checkout of it made and compiled beforehand, for a
-  compiled before against a compiled after), for the before/after of everything else; and spine-base, that revision's
-  spine (when the spine is run).
+  compiled before against a compiled after), for the before/after of everything else; and
+  spine-base, that revision's spine (when the spine is run).
 
 Per run: RPS, the server's CPU per request (its process tree), RSS per worker, and from the
 benchmark's Redis (INFO commandstats and INFO cpu, before and after): script calls per
@@ -380,8 +380,8 @@ def stream_medians(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str,
 
 
 def medians(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
-    fields = ("rps", "cpu_ms_per_request", "store_calls_per_request", "redis_cpu_ms_per_request")
-    fields += ("rss_mb_max",)
+    fields: tuple[str, ...] = ("rps", "cpu_ms_per_request", "store_calls_per_request")
+    fields += ("redis_cpu_ms_per_request", "rss_mb_max")
     return {name: {f: statistics.median(r[f] for r in rs) for f in fields} for name, rs in runs.items() if rs}
 
 

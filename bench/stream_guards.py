@@ -60,6 +60,7 @@ def measure(
 ) -> list[float]:
     from gateway.doors.openai import OPENAI_STREAM
     from gateway.exchange import Endpoint, Exchange
+    from gateway.forward import Forwarder
     from gateway.guards import UsageGuard
     from gateway.metering.produced import ProducedText
     from gateway.pipeline import Pipeline
@@ -71,9 +72,8 @@ def measure(
     from gateway.redaction.state import RedactionCounters, RedactionState
     from gateway.tools.response_guard import ToolCallGuard
 
-    pipeline = Pipeline(
-        (), None, (ProducedText(), RedactionGuard(RedactionCounters()), ToolCallGuard(), UsageGuard()), ()
-    )  # type: ignore[arg-type]
+    guards = (ProducedText(), RedactionGuard(RedactionCounters()), ToolCallGuard(), UsageGuard())
+    pipeline = Pipeline((), Forwarder({}), guards, ())
     catalog = Catalog(BUILTIN)
     decision = Decision(allow=True, tools=ToolRules(allowed=frozenset({"get_weather"})))
     events = stream_events(tokens, shape)

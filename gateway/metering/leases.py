@@ -3,8 +3,9 @@
 A worker that meters many requests of one plan (a tenant's, or a key's) a second takes a
 *slice* of its budgets and rate limits in one store call (a lease), admits requests
 against it with no store call, and sends their settlements together: at most `FLUSH_S`
-(and a tick) after the first of them, or at once when `FLUSH_EVERY` are waiting. Each call also tops the slice up (or
-shrinks it), so a busy plan costs the store one call per flush interval.
+(and a tick) after the first of them, or at once when `FLUSH_EVERY` are waiting. Each call
+also tops the slice up (or shrinks it), so a busy plan costs the store one call per flush
+interval.
 
 Sizing: a slice covers `HORIZON_S` of the plan's recent rate here, and takes at most
 1/`SHARE` of what a hard budget or a rate limit has left beyond it; a slice that would
