@@ -38,9 +38,12 @@ def least_of_child(tree: Path, script: str, argv: list[str]) -> float:
 
 
 @contextmanager
-def upstream_and_trees(base: str | None, prefix: str) -> Iterator[tuple[int, dict[str, Path]]]:
-    """nginx's port, and the trees by name ("this", and "base" for `base`'s checkout); both
-    stopped and removed when done."""
+def upstream_and_trees(
+    base: str | None, prefix: str, prepared: str | None = None
+) -> Iterator[tuple[int, dict[str, Path]]]:
+    """nginx's port, and the trees by name ("this", and "base" for `base`'s checkout: a fresh,
+    plain worktree, or `prepared`, a checkout of it made and compiled beforehand, left as it
+    is); nginx stopped and a fresh worktree removed when done."""
     from bench import harness
     from bench.leases import base_tree
 
@@ -50,11 +53,11 @@ def upstream_and_trees(base: str | None, prefix: str) -> Iterator[tuple[int, dic
     try:
         _, port = harness.start_nginx(procs, tmp, 1)
         if base:
-            trees["base"] = base_tree(base, tmp)
+            trees["base"] = Path(prepared) if prepared else base_tree(base, tmp)
         yield port, trees
     finally:
         procs.stop_all()
-        if "base" in trees:
+        if "base" in trees and not prepared:
             remove = ["git", "-C", str(harness.ROOT), "worktree", "remove", "--force", str(trees["base"])]
             subprocess.run(remove, check=False)
 

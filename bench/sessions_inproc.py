@@ -3,8 +3,8 @@ everything on (Redis metering with leases, the shipped policy and its decision l
 redaction both ways, metrics, the access log), driven directly against the benchmark's
 nginx, once with sessions off and once on; the CPU this process spends per request.
 
-    python -m bench.sessions_inproc [--base REV] [--repeats R] [--requests N] [--rounds K]
-                                    [--sessions S]
+    python -m bench.sessions_inproc [--base REV [--base-tree PATH]] [--repeats R] [--requests N]
+                                    [--rounds K] [--sessions S]
 
 Every request names one of 64 sessions (`x-session-id`), or of `--sessions` (with 4,096 a
 session's turns come over a second apart and nearly each one reads its record, as an agent's
@@ -119,7 +119,7 @@ def measure(tree: Path, variant: str, port: int, args: argparse.Namespace) -> fl
 def compare(args: argparse.Namespace) -> dict[str, Any]:
     from bench.inproc import upstream_and_trees
 
-    with upstream_and_trees(args.base, "tollgate-bench-sessions-inproc-") as (port, trees):
+    with upstream_and_trees(args.base, "tollgate-bench-sessions-inproc-", args.base_tree) as (port, trees):
         runs = [(name, variant) for name in trees for variant in VARIANTS]
         figures: dict[str, list[float]] = {f"{name} {variant}": [] for name, variant in runs}
         for repeat in range(args.repeats):
@@ -134,6 +134,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sessions_inproc")
     parser.add_argument("--base", help="also this git revision's pipeline (before)")
+    parser.add_argument("--base-tree", help="--base's revision already checked out (and compiled) here")
     parser.add_argument("--repeats", type=int, default=4, help="fresh processes per variant, alternating")
     parser.add_argument("--requests", type=int, default=3200, help="requests per round")
     parser.add_argument("--rounds", type=int, default=4, help="rounds per process (the least is kept)")
