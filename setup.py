@@ -15,8 +15,7 @@ from setuptools import setup
 # path, says why for each): package `__init__` files; what mypyc cannot compile (the async
 # generators of gateway/stream_relay.py and the upstream stream readers, the subclasses of
 # dict and str in gateway/redaction/marks.py); what the test suite found wrong compiled
-# (gateway/logs.py);
-# gateway/redaction/detector.py, whose catalog the tests subclass.
+# (gateway/logs.py); gateway/redaction/detector.py, whose catalog the tests subclass.
 COMPILED = (
     "gateway/access_log.py",
     "gateway/chunk_shapes.py",
