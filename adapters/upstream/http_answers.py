@@ -3,7 +3,6 @@ whose body is read as it arrives."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from adapters.upstream.http_connection import Connection, decode, decoder_for, lower_headers
@@ -96,7 +95,7 @@ class StreamResponse(_Headed):
 
     async def blocks(self) -> AsyncIterator[bytes]:
         """The body as it arrives: at each step, everything that is in, in one piece."""
-        self._read_timeout = max(self._first_by - asyncio.get_running_loop().time(), 0.0)
+        self._read_timeout = max(self._first_by - self._conn.now(), 0.0)
         block = await self._next()
         if not block:
             return

@@ -137,9 +137,13 @@ class HttpClient:
     async def _whole(
         self, target: _Target, head: bytes, body: bytes | None, seconds: float, head_s: float
     ) -> RawResponse:
-        loop_time = asyncio.get_running_loop().time
-        deadline = loop_time() + seconds
-        conn = await self._connection(target, deadline, head_s)
+        conn = self._idle_connection(target)
+        if conn is None:
+            deadline = asyncio.get_running_loop().time() + seconds
+            conn = await self._connection(target, deadline, head_s)
+        else:
+            deadline = conn.now() + seconds
+        loop_time = conn.now
         try:
             conn.send(head, body)
             parts: list[bytes] = []  # a large body's first parts, taken so reading never pauses
@@ -175,12 +179,16 @@ class HttpClient:
         send their head at once and the first event after prefill), the head alone also
         `head_within`; `between_chunks_timeout` each later wait for bytes.
         """
-        loop_time = asyncio.get_running_loop().time
-        first_by = loop_time() + first_byte_timeout
         head_s = first_byte_timeout if head_within is None else min(head_within, first_byte_timeout)
-        head_by = loop_time() + head_s
         target = self._target_of(url)
-        conn = await self._connection(target, head_by, head_s)
+        conn = self._idle_connection(target)
+        if conn is None:
+            now = asyncio.get_running_loop().time()
+            conn = await self._connection(target, now + head_s, head_s)
+        else:
+            now = conn.now()
+        first_by, head_by = now + first_byte_timeout, now + head_s
+        loop_time = conn.now
         try:
             conn.send(_head(target.post_head, headers, body), body)
             while not conn.head_done:
@@ -211,12 +219,9 @@ class HttpClient:
                 raise UpstreamUnavailable(
                     f"Upstream {self._upstream!r}: the client is closed.", upstream=self._upstream
                 )
-            idle = self._idle.get(target.key)
-            while idle:
-                conn = idle.pop()
-                if conn.usable() and loop.time() - conn.idle_since < IDLE_S:
-                    return conn
-                conn.close()
+            conn = self._idle_connection(target)
+            if conn is not None:
+                return conn
             if self._open >= self._limit:
                 self._close_an_idle_one()
             if self._open < self._limit:
@@ -234,6 +239,18 @@ class HttpClient:
                 if not waiter.done():
                     waiter.cancel()
                 _discard(self._slot_waiters, waiter)
+
+    def _idle_connection(self, target: _Target) -> Connection | None:
+        """A usable idle connection to the target (the stale ones on the way closed), or None."""
+        if self._closed:
+            return None
+        idle = self._idle.get(target.key)
+        while idle:
+            conn = idle.pop()
+            if conn.usable() and conn.now() - conn.idle_since < IDLE_S:
+                return conn
+            conn.close()
+        return None
 
     async def _connect(self, target: _Target, deadline: float, head_s: float) -> Connection:
         loop = asyncio.get_running_loop()
@@ -292,7 +309,7 @@ class HttpClient:
             conn.close()
             return
         conn.busy = False
-        conn.idle_since = asyncio.get_running_loop().time()
+        conn.idle_since = conn.now()
         self._idle.setdefault(conn.key, []).append(conn)
         self._wake_one()
 
