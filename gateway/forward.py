@@ -69,13 +69,15 @@ class _LeasedStream:
                 pool.release(self._replica, answered=True)
 
 
-@dataclass(slots=True)
 class _Try:
     """What every attempt of one forwarded request shares."""
 
-    exchange: Exchange
-    body: dict[str, Any]
-    prompt_tokens: int
+    __slots__ = ("body", "exchange", "prompt_tokens")
+
+    def __init__(self, exchange: Exchange, body: dict[str, Any], prompt_tokens: int) -> None:
+        self.exchange = exchange
+        self.body = body
+        self.prompt_tokens = prompt_tokens
 
 
 Send = Callable[[_Try, UpstreamRoute, Candidate, int, float], Awaitable[T]]

@@ -34,14 +34,21 @@ class RedactionCounters:
         }
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StreamState:
     """The response guard's windows for one streamed answer."""
 
-    windows: dict[tuple[int, int | str], SlidingWindow] = field(default_factory=dict)  # (choice, text | tool)
-    stopped: set[int] = field(default_factory=set)  # choices cut by `block`
-    envelope: dict[str, Any] = field(default_factory=dict)  # id, created, model: for a closing chunk
-    deferred: tuple[int, int | str] | None = None  # the window holding text not scanned yet (RedactionGuard)
+    windows: dict[tuple[int, int | str], SlidingWindow]  # (choice, text | tool)
+    stopped: set[int]  # choices cut by `block`
+    envelope: dict[str, Any]  # id, created, model: for a closing chunk
+    deferred: tuple[int, int | str] | None  # the window holding text not scanned yet (RedactionGuard)
+
+    # Written out: under mypyc (setup.py) a dataclass's generated __init__ runs interpreted.
+    def __init__(self, envelope: dict[str, Any] | None = None) -> None:
+        self.windows = {}
+        self.stopped = set()
+        self.envelope = {} if envelope is None else envelope
+        self.deferred = None
 
     def scans_first(self, data: dict[str, Any], key: tuple[int, int | str]) -> bool:
         """Whether guarding `data` scans the window of `key` before any other of its choice
@@ -71,17 +78,26 @@ class StreamState:
         return False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RedactionState:
     """What the redact stage decided for one request, for the response guard to carry on."""
 
     rules: RedactRules
     detector: Detector
     fail_open: bool
-    vault: Vault | None = None  # set when the request was tokenised
-    found: dict[str, int] = field(default_factory=dict)  # kinds found in the request, and how often
-    stream: StreamState | None = None
-    disabled: bool = False  # a fail-open tenant's detection failed: leave the rest alone
+    vault: Vault | None  # set when the request was tokenised
+    found: dict[str, int]  # kinds found in the request, and how often
+    stream: StreamState | None
+    disabled: bool  # a fail-open tenant's detection failed: leave the rest alone
+
+    def __init__(self, rules: RedactRules, detector: Detector, fail_open: bool) -> None:
+        self.rules = rules
+        self.detector = detector
+        self.fail_open = fail_open
+        self.vault = None
+        self.found = {}
+        self.stream = None
+        self.disabled = False
 
     def count(self, found: Iterable[Found]) -> None:
         """Counts the kinds of `found` in `self.found` (kinds only, never values)."""
