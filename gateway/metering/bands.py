@@ -1,7 +1,8 @@
 """The budget band a policy sees (`input.budget`): "ok", "soft_exceeded" (a soft budget is
 used up: a policy may, say, route to a cheaper model class) or "exceeded" (a hard budget is
-used up). Read from the store at most once per `metering.band_cache_s` per key, and
-refreshed for free by every reservation the meter stage makes.
+used up). Read from the store at most once per `metering.band_cache_s` per key (the stale band
+serving that key's other requests while one reads it), and refreshed for free by every
+reservation the meter stage makes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from datetime import datetime
 
 from gateway.errors import StateStoreUnavailable
 from gateway.exchange import Principal
-from gateway.metering.plan import Budget, MeterPlans, Periods, utc_now
+from gateway.metering.plan import Budget, MeterPlans, PeriodsClock, utc_now
 from gateway.ports import StateStore
 
 logger = logging.getLogger("tollgate.metering")
@@ -46,8 +47,9 @@ class BudgetBands:
         self._plans = plans
         self._ttl_s = ttl_s
         self._monotonic = monotonic
-        self._clock = clock
+        self._periods = PeriodsClock(clock)
         self._cache: dict[tuple[str, str], tuple[float, str]] = {}
+        self._reading: set[tuple[str, str]] = set()  # keys whose band a request is reading
 
     async def band(self, principal: Principal) -> str:
         """The caller's band; "ok" when it has no budgets or the store cannot be read (the
@@ -58,9 +60,12 @@ class BudgetBands:
         key = (principal.tenant.name, principal.key_id)
         cached = self._cache.get(key)
         now = self._monotonic()
-        if cached is not None and cached[0] > now:
+        # While one request reads a stale band, the others take it as it was: a key's busy
+        # requests all find it stale at once, and each reading it made as many reads.
+        if cached is not None and (cached[0] > now or key in self._reading):
             return cached[1]
-        periods = Periods.of(self._clock())
+        periods = self._periods()
+        self._reading.add(key)
         try:
             used = await self._store.counters(
                 principal.tenant.name, tuple(b.counter(periods) for b in budgets)
@@ -68,6 +73,8 @@ class BudgetBands:
         except StateStoreUnavailable:
             logger.warning("budget band unavailable: the state store cannot be read")
             return BAND_OK
+        finally:
+            self._reading.discard(key)
         band = band_of(budgets, used)
         self._cache[key] = (now + self._ttl_s, band)
         return band

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import date, datetime
+from datetime import datetime
 
 from gateway.config import MeteringConfig, StateConfig
 from gateway.errors import QuotaExceeded, StateStoreUnavailable
@@ -27,7 +27,7 @@ from gateway.metering.bands import BudgetBands
 from gateway.metering.idempotency import IDEMPOTENCY_HEADER
 from gateway.metering.images import ImageRule
 from gateway.metering.leases import Leases
-from gateway.metering.plan import MeterPlan, MeterPlans, Periods, utc_now
+from gateway.metering.plan import MeterPlan, MeterPlans, Periods, PeriodsClock, utc_now
 from gateway.metering.prices import PER_MILLION, Price, PriceBook
 from gateway.metering.records import BudgetCharge, RateCharge, ReserveOutcome, ReserveRequest
 from gateway.metering.ticket import MeterTicket
@@ -68,9 +68,8 @@ class Meter:
         self._lease_grace_s = state.lease_s
         self._fail_open = frozenset(state.fail_open_tenants)
         self._bands = bands
-        self._clock = clock
+        self._periods = PeriodsClock(clock)
         self._session_idle_s = session_idle_s  # how long a session's cap counters are kept
-        self._cached_periods: tuple[date, Periods] | None = None
         # id(plan) -> (the plan, kept so its id stays its own; periods; counters)
         image = metering.image_tokens
         self._default_image_rule = ImageRule(image.patch_px, image.max_per_image)
@@ -110,13 +109,6 @@ class Meter:
                 "state store unavailable: request let through unmetered (tenant fails open)",
                 extra={"request_id": exchange.request_id, "tenant": principal.tenant.name},
             )
-
-    def _periods(self) -> Periods:
-        at = self._clock()
-        cached = self._cached_periods
-        if cached is None or cached[0] != at.date():
-            cached = self._cached_periods = (at.date(), Periods.of(at))
-        return cached[1]
 
     def _lease_s(self, exchange: Exchange) -> float:
         return max(0.0, exchange.deadline - time.monotonic()) + self._lease_grace_s

@@ -7,9 +7,9 @@ period the UTC day (`2026-11-22`) or month (`2026-11`), so a new period starts f
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Literal
 
 from gateway.config import BudgetConfig, GatewayConfig, RateLimitConfig
@@ -135,6 +135,25 @@ class MeterPlans:
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+class PeriodsClock:
+    """The periods of the clock's current day, worked out once a day: `Periods.of` costs some
+    9 us (four date conversions), asked for by every metered request."""
+
+    __slots__ = ("_cached", "_clock")
+
+    def __init__(self, clock: Callable[[], datetime] = utc_now) -> None:
+        self._clock = clock
+        self._cached: tuple[date, Periods] | None = None
+
+    def __call__(self) -> Periods:
+        at = self._clock()
+        day = at.date()
+        cached = self._cached
+        if cached is None or cached[0] != day:
+            cached = self._cached = (day, Periods.of(at))
+        return cached[1]
 
 
 def _budgets(scope: str, configs: Iterable[BudgetConfig]) -> Iterable[Budget]:
