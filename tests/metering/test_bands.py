@@ -18,6 +18,12 @@ from gateway.metering.records import Settlement
 from tests.servers import gateway_config
 
 SOFT, HARD = Budget("t", "day", "usd", 100, False), Budget("t", "day", "tok", 50, True)
+_SOFT_BUDGET = gateway_config(  # acme, its key tg-k, a soft budget of 100 micro-dollars a day
+    upstreams={"u": {"kind": "openai_compat", "base_url": "http://127.0.0.1:1/v1"}},
+    models={"m": [{"upstream": "u", "model": "x"}]},
+    tenants={"acme": {"budgets": [{"window": "day", "usd": 0.0001, "kind": "soft"}]}},
+    keys=[{"tenant": "acme", "hash": hash_key("tg-k")}],
+)
 
 
 def test_band_of_names_the_worst_budget_used_up() -> None:
@@ -29,15 +35,9 @@ def test_band_of_names_the_worst_budget_used_up() -> None:
 
 @pytest.mark.usefixtures("one_budget_day")
 async def test_bands_follow_the_store_and_are_reused_for_their_ttl(tmp_path: Path) -> None:
-    config = gateway_config(
-        upstreams={"u": {"kind": "openai_compat", "base_url": "http://127.0.0.1:1/v1"}},
-        models={"m": [{"upstream": "u", "model": "x"}]},
-        tenants={"acme": {"budgets": [{"window": "day", "usd": 0.0001, "kind": "soft"}]}},
-        keys=[{"tenant": "acme", "hash": hash_key("tg-k")}],
-    )
     store = SQLiteStore(tmp_path / "state.db")
     now = [0.0]
-    bands = BudgetBands(store, MeterPlans(config), ttl_s=1.0, monotonic=lambda: now[0])
+    bands = BudgetBands(store, MeterPlans(_SOFT_BUDGET), ttl_s=1.0, monotonic=lambda: now[0])
     principal = Principal(Tenant("acme"), key_id(hash_key("tg-k")))
     try:
         assert await bands.band(principal) == "ok"
@@ -68,15 +68,9 @@ class _CountedReads(SQLiteStore):
 
 @pytest.mark.usefixtures("one_budget_day")
 async def test_a_stale_band_is_read_once_while_the_others_take_it_as_it_was(tmp_path: Path) -> None:
-    config = gateway_config(
-        upstreams={"u": {"kind": "openai_compat", "base_url": "http://127.0.0.1:1/v1"}},
-        models={"m": [{"upstream": "u", "model": "x"}]},
-        tenants={"acme": {"budgets": [{"window": "day", "usd": 0.0001, "kind": "soft"}]}},
-        keys=[{"tenant": "acme", "hash": hash_key("tg-k")}],
-    )
     store = _CountedReads(tmp_path / "state.db")
     now = [0.0]
-    bands = BudgetBands(store, MeterPlans(config), ttl_s=1.0, monotonic=lambda: now[0])
+    bands = BudgetBands(store, MeterPlans(_SOFT_BUDGET), ttl_s=1.0, monotonic=lambda: now[0])
     principal = Principal(Tenant("acme"), key_id(hash_key("tg-k")))
     try:
         store.release.set()
