@@ -24,6 +24,14 @@ _SOFT_BUDGET = gateway_config(  # acme, its key tg-k, a soft budget of 100 micro
     tenants={"acme": {"budgets": [{"window": "day", "usd": 0.0001, "kind": "soft"}]}},
     keys=[{"tenant": "acme", "hash": hash_key("tg-k")}],
 )
+_ACME = Principal(Tenant("acme"), key_id(hash_key("tg-k")))
+
+
+async def _spend_the_soft_budget(store: SQLiteStore) -> None:
+    counter = f"t:day:{datetime.now(UTC).date().isoformat()}:usd"
+    assert await store.settle(
+        Settlement("acme", uuid.uuid4().hex, ((counter, 100, 4_102_444_800),), (), None, 600)
+    )
 
 
 def test_band_of_names_the_worst_budget_used_up() -> None:
@@ -38,15 +46,12 @@ async def test_bands_follow_the_store_and_are_reused_for_their_ttl(tmp_path: Pat
     store = SQLiteStore(tmp_path / "state.db")
     now = [0.0]
     bands = BudgetBands(store, MeterPlans(_SOFT_BUDGET), ttl_s=1.0, monotonic=lambda: now[0])
-    principal = Principal(Tenant("acme"), key_id(hash_key("tg-k")))
     try:
-        assert await bands.band(principal) == "ok"
-        counter = f"t:day:{datetime.now(UTC).date().isoformat()}:usd"
-        spent = Settlement("acme", uuid.uuid4().hex, ((counter, 100, 4_102_444_800),), (), None, 600)
-        assert await store.settle(spent)
-        assert await bands.band(principal) == "ok"  # still the cached band
+        assert await bands.band(_ACME) == "ok"
+        await _spend_the_soft_budget(store)
+        assert await bands.band(_ACME) == "ok"  # still the cached band
         now[0] = 1.5
-        assert await bands.band(principal) == "soft_exceeded"
+        assert await bands.band(_ACME) == "soft_exceeded"
         assert await bands.band(Principal(Tenant("other"), "x")) == "ok"  # no budgets
     finally:
         await store.aclose()
@@ -71,24 +76,20 @@ async def test_a_stale_band_is_read_once_while_the_others_take_it_as_it_was(tmp_
     store = _CountedReads(tmp_path / "state.db")
     now = [0.0]
     bands = BudgetBands(store, MeterPlans(_SOFT_BUDGET), ttl_s=1.0, monotonic=lambda: now[0])
-    principal = Principal(Tenant("acme"), key_id(hash_key("tg-k")))
     try:
         store.release.set()
-        assert await bands.band(principal) == "ok"
-        counter = f"t:day:{datetime.now(UTC).date().isoformat()}:usd"
-        assert await store.settle(
-            Settlement("acme", uuid.uuid4().hex, ((counter, 100, 4_102_444_800),), (), None, 600)
-        )
+        assert await bands.band(_ACME) == "ok"
+        await _spend_the_soft_budget(store)
         store.release.clear()
         now[0] = 1.5  # stale: the first request reads it, the 49 others do not wait for that read
-        reading = asyncio.create_task(bands.band(principal))
+        reading = asyncio.create_task(bands.band(_ACME))
         await asyncio.sleep(0)
         async with asyncio.timeout(10):  # a request waiting for that read would wait here for ever
-            assert [await bands.band(principal) for _ in range(49)] == ["ok"] * 49
+            assert [await bands.band(_ACME) for _ in range(49)] == ["ok"] * 49
         store.release.set()
         assert await reading == "soft_exceeded"
         assert store.reads == 2  # the first band, and the one refresh
-        assert await bands.band(principal) == "soft_exceeded"  # fresh again: from the cache
+        assert await bands.band(_ACME) == "soft_exceeded"  # fresh again: from the cache
         assert store.reads == 2
     finally:
         await store.aclose()
