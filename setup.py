@@ -59,6 +59,7 @@ COMPILED = (
     "adapters/state/lease_batch.py",
     "adapters/state/redis.py",
     "adapters/state/redis_lease.py",
+    "adapters/state/redis_sessions.py",
     "adapters/state/redis_wire.py",
     "adapters/upstream/http_client.py",
     "adapters/upstream/http_connection.py",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
@@ -24,7 +24,8 @@ from gateway.metering.records import (
 from gateway.sessions.records import SessionRecord, SessionUpdate
 
 
-class UpstreamRequest(NamedTuple):
+@dataclass(slots=True, init=False)
+class UpstreamRequest:
     endpoint: Endpoint
     model: str  # the upstream's model id; the adapter writes it into the body
     body: dict[str, Any]  # the client's body after the request stages, passed through untouched otherwise
@@ -33,9 +34,35 @@ class UpstreamRequest(NamedTuple):
     deadline: float  # time.monotonic() by which the whole answer must be in
     first_byte_timeout: float  # seconds allowed until the first byte of the answer (a stream's first event)
     headers_timeout: float  # seconds allowed until the response head, streamed or not
-    session_key: str | None = None  # affinity key, already scoped per tenant and hashed
-    replica: int = 0  # which of the upstream's `replicas` to send to, chosen by the forwarder
-    trace_headers: Mapping[str, str] | None = None  # traceparent (and tracestate) for this attempt
+    session_key: str | None  # affinity key, already scoped per tenant and hashed
+    replica: int  # which of the upstream's `replicas` to send to, chosen by the forwarder
+    trace_headers: Mapping[str, str] | None  # traceparent (and tracestate) for this attempt
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        model: str,
+        body: dict[str, Any],
+        stream: bool,
+        request_id: str,
+        deadline: float,
+        first_byte_timeout: float,
+        headers_timeout: float,
+        session_key: str | None = None,
+        replica: int = 0,
+        trace_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.model = model
+        self.body = body
+        self.stream = stream
+        self.request_id = request_id
+        self.deadline = deadline
+        self.first_byte_timeout = first_byte_timeout
+        self.headers_timeout = headers_timeout
+        self.session_key = session_key
+        self.replica = replica
+        self.trace_headers = trace_headers
 
 
 @dataclass(slots=True)

@@ -16,7 +16,8 @@ swapping records breaks `seq`. Only rewriting the whole tail goes unseen, which 
 from __future__ import annotations
 
 import hashlib
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -24,11 +25,16 @@ GENESIS = "0" * 64
 CHAIN_FIELDS = ("seq", "prev_hash", "hash")
 
 
-class ChainHead(NamedTuple):
+@dataclass(slots=True, init=False)
+class ChainHead:
     """The last record of a chain: where the next one attaches."""
 
-    seq: int = 0
-    hash: str = GENESIS
+    seq: int
+    hash: str
+
+    def __init__(self, seq: int = 0, hash: str = GENESIS) -> None:
+        self.seq = seq
+        self.hash = hash
 
 
 def canonical(record: dict[str, Any]) -> bytes:

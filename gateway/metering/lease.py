@@ -20,7 +20,7 @@ takes them all.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from gateway.metering.lease_records import LeaseBudget, LeaseGrant, LeaseRate, LeaseSync, SettleBatch
 from gateway.metering.plan import MeterPlan
@@ -214,9 +214,15 @@ class Lease:
         return self.inflight == 0 and not self.pending and self.sending is None and not self.held
 
 
-class LeaseDraw(NamedTuple):
+@dataclass(slots=True, init=False)
+class LeaseDraw:
     """What one request took from a lease (on its ticket, for settle to give back)."""
 
     lease: Lease
     amounts: tuple[int, ...]  # per budget counter: the request's upper bound
     costs: tuple[int, ...]  # per rate limit: requests (1) or tokens (the bound)
+
+    def __init__(self, lease: Lease, amounts: tuple[int, ...], costs: tuple[int, ...]) -> None:
+        self.lease = lease
+        self.amounts = amounts
+        self.costs = costs

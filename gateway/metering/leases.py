@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -199,7 +200,7 @@ class Leases:
         them out of a leased request's settlement)."""
         lease = draw.lease
         if settlement is not None and settlement.refunds:
-            settlement = settlement._replace(refunds=())
+            settlement = dataclasses.replace(settlement, refunds=())
         lease.finished(draw, settlement, tokens, self._monotonic())
         if len(lease.pending) >= FLUSH_EVERY and lease.lease_id not in self._syncs:
             self._sync_soon(lease)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -39,9 +40,14 @@ _TOKEN_BANDS = (
 )
 
 
-class PolicyInput(NamedTuple):
+@dataclass(slots=True, init=False)
+class PolicyInput:
     document: dict[str, Any]  # what the engine sees, request id included
     cache_key: bytes  # canonical JSON of the document without the request id
+
+    def __init__(self, document: dict[str, Any], cache_key: bytes) -> None:
+        self.document = document
+        self.cache_key = cache_key
 
 
 def build_input(

@@ -28,12 +28,15 @@ class Checkpoint:
     tokens_after: int  # estimated tokens of the summary
 
 
-class SessionUpdate(NamedTuple):
+@dataclass(slots=True, init=False)
+class SessionUpdate:
     """What one request adds to its session record, applied atomically by the store: on the
     settle that already happens (`Settlement.session`), or alone (`StateStore.update_session`).
 
-    A named tuple, not a frozen dataclass: one is made for every session request, and a
-    tuple is made in a third of the time (no `object.__setattr__` call per field)."""
+    Not changed once made. Its `__init__` is written out: one is made for every session
+    request, and the one a dataclass generates (or a named tuple's `__new__`) runs as
+    interpreted Python even when this module is compiled (docs/architecture.md, Compiled
+    request path)."""
 
     tenant: str
     session: str  # the session key (hashed, tenant-scoped)
@@ -51,9 +54,47 @@ class SessionUpdate(NamedTuple):
     decision_ids: tuple[str, ...]
     max_decisions: int  # the record keeps this many decision ids, newest last, and counts the rest
     idle_s: int  # the record expires this long after its last update
-    due: str = ""  # why a checkpoint is due now ("" when none is)
-    checkpoint: Checkpoint | None = None  # a checkpoint made by this request, appended
-    max_checkpoints: int = 8  # older checkpoints are dropped past this many
+    due: str  # why a checkpoint is due now ("" when none is)
+    checkpoint: Checkpoint | None  # a checkpoint made by this request, appended
+    max_checkpoints: int  # older checkpoints are dropped past this many
+
+    def __init__(
+        self,
+        tenant: str,
+        session: str,
+        turn: int,
+        input_tokens: int,
+        cached_tokens: int,
+        output_tokens: int,
+        cost_micros: int,
+        model: str,
+        upstream: str,
+        replica: int,
+        workflow: str,
+        decision_ids: tuple[str, ...],
+        max_decisions: int,
+        idle_s: int,
+        due: str = "",
+        checkpoint: Checkpoint | None = None,
+        max_checkpoints: int = 8,
+    ) -> None:
+        self.tenant = tenant
+        self.session = session
+        self.turn = turn
+        self.input_tokens = input_tokens
+        self.cached_tokens = cached_tokens
+        self.output_tokens = output_tokens
+        self.cost_micros = cost_micros
+        self.model = model
+        self.upstream = upstream
+        self.replica = replica
+        self.workflow = workflow
+        self.decision_ids = decision_ids
+        self.max_decisions = max_decisions
+        self.idle_s = idle_s
+        self.due = due
+        self.checkpoint = checkpoint
+        self.max_checkpoints = max_checkpoints
 
 
 class SessionRecord(NamedTuple):

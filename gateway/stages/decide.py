@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from gateway.errors import PermissionDenied, PolicyUnavailable, model_not_found
 from gateway.exchange import Endpoint, Exchange, Principal
@@ -33,12 +33,22 @@ RECORD_VERSION = 1
 _NO_DECISION = "the policy did not produce a decision"
 
 
-class _Outcome(NamedTuple):
+@dataclass(slots=True, init=False)
+class _Outcome:
     decision: Decision
     raw: Any  # the engine's answer, as recorded in the decision log
     revision: str
     decision_id: str | None
     cached: bool
+
+    def __init__(
+        self, decision: Decision, raw: Any, revision: str, decision_id: str | None, cached: bool
+    ) -> None:
+        self.decision = decision
+        self.raw = raw
+        self.revision = revision
+        self.decision_id = decision_id
+        self.cached = cached
 
 
 @dataclass(slots=True)

@@ -42,8 +42,8 @@ def turn(session: str, n: int, checkpoint: Checkpoint | None = None) -> SessionU
 def finish(lease: Lease, update: SessionUpdate | None, now: float) -> Settlement:
     """One request admitted against the lease and over at `now`, its settlement carrying `update`."""
     draw = lease.draw((100,), (), now)
-    settled = Settlement("acme", uuid.uuid4().hex, ((COUNTERS[0][0], 70, COUNTERS[0][1]),), (), None, 600)
-    settled = settled._replace(session=update)
+    spent = ((COUNTERS[0][0], 70, COUNTERS[0][1]),)
+    settled = Settlement("acme", uuid.uuid4().hex, spent, (), None, 600, session=update)
     lease.finished(draw, settled, 15, now)
     return settled
 
