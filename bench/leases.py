@@ -189,7 +189,10 @@ def run_variants(args: argparse.Namespace) -> dict[str, Any]:
             return profile_variant(stack, starts[args.profile], args, tmp, profiled)
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in starts}
         for round_no in range(args.rounds):
-            for name, start in starts.items():
+            # The order alternates from round to round: a variant always run after another
+            # (the base after this tree's whole pipeline) would carry what that one left behind.
+            order = list(starts.items())
+            for name, start in order if round_no % 2 == 0 else order[::-1]:
                 proc, port = start(f"{name}-{round_no}")
                 url = f"http://{spine.HOST}:{port}{spine.CHAT_PATH}"
                 spine.wrk(url, script, 64, args.warmup)
@@ -392,7 +395,8 @@ def section(meta: dict[str, Any], result: dict[str, Any], args: argparse.Namespa
         "## Leases",
         "",
         f"- Command: `python -m bench.leases{meta['args']}` · {meta['date']} · git {meta['git']}",
-        f"- {args.rounds} round(s) of {args.duration:g} s per variant, interleaved (medians); wrk c64;",
+        f"- {args.rounds} round(s) of {args.duration:g} s per variant, interleaved (the order reversed"
+        " every other round; medians); wrk c64;",
         f"  {args.workers} workers each; upstream {result['upstream']}; a redis-server of the benchmark's",
         "  own (appendfsync everysec), so its script calls and CPU are this load's alone.",
         "- Machine: the 2-core VM, shared with other test runs at the time (busy: the",
