@@ -6,6 +6,7 @@ benchmark's own.
     python -m bench.leases --profile whole  # py-spy on one worker of a variant under load
     python -m bench.leases --profile whole --profile-streams  # the same under a load of streams
     python -m bench.leases --profile whole --native  # with C frames: the compiled modules' own
+    python -m bench.leases --profile whole --perf  # Linux perf: own time by native symbol and library
     python -m bench.leases --micro          # one request's metering in process: exact vs leased
 
 Variants, each started fresh and loaded in turn every round (wrk c64, after a warm-up),
@@ -303,12 +304,17 @@ def profile_variant(
     proc, port = start("profiled")
     server = spine.Server("profiled", proc, port, tmp / "profiled.log", {})
     options = argparse.Namespace(
-        warmup=args.warmup, profile_seconds=args.duration, profile_rate=200, native=args.native
+        warmup=args.warmup,
+        profile_seconds=args.duration,
+        profile_rate=200,
+        native=args.native,
+        perf=args.perf,
     )
     result = profile(stack, server, options, tmp, script)
-    for title in ("areas", "inclusive", "self_python", *(("self",) if args.native else ())):
+    titles = ("threads", "areas", "self") if args.perf else ("areas", "inclusive", "self_python")
+    for title in (*titles, *(("self",) if args.native and not args.perf else ())):
         print(f"-- {title}")
-        for row in result[title][:25]:
+        for row in result[title][: 60 if args.perf else 25]:
             print(f"{row['pct']:5.1f} %  {row['function']}")
     return {"profile": result}
 
@@ -471,6 +477,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", help="py-spy one worker of this variant (whole, spine...) instead")
     parser.add_argument("--profile-streams", action="store_true", help="profile under a load of streams")
     parser.add_argument("--native", action="store_true", help="profile C frames too (the compiled modules)")
+    parser.add_argument(
+        "--perf",
+        action="store_true",
+        help="profile with Linux perf (every native function) instead of py-spy",
+    )
     args = parser.parse_args(argv)
     spine.QUIET_MAX_WAIT_S = args.quiet_wait
     if args.micro:

@@ -6,6 +6,7 @@ inclusive time below the ASGI entry, and own time by package.
 from __future__ import annotations
 
 import argparse
+import collections
 import shutil
 import subprocess
 import sys
@@ -31,10 +32,15 @@ from bench.harness import (
 def profile(
     stack: Stack, gateway: Server, args: argparse.Namespace, run_dir: Path, script: Path | None = None
 ) -> dict[str, Any]:
-    """`script`: wrk's script for the load (default: the benchmark's chat request)."""
+    """`script`: wrk's script for the load (default: the benchmark's chat request). With
+    `args.perf`, Linux perf samples the worker instead of py-spy (`perf_profile`)."""
     # a virtualenv's py-spy is beside its python, whether or not the venv is on PATH
     spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
-    if spy is None:
+    if getattr(args, "perf", False):
+        spy = shutil.which("perf")
+        if spy is None:
+            raise BenchError("perf is not installed (apt-get install linux-perf)")
+    elif spy is None:
         raise BenchError("py-spy is not installed (pip install py-spy)")
     script = script or write_wrk_script(stack)
     wrk(gateway.url, script, 64, args.warmup)
@@ -60,6 +66,8 @@ def profile(
     )
     try:
         time.sleep(1.0)
+        if getattr(args, "perf", False):
+            return perf_profile(spy, worker, seconds, run_dir, load)
         argv = [
             spy,
             "record",
@@ -81,6 +89,59 @@ def profile(
         if load.poll() is None:
             stop_group(load)
     return analyse_profile(raw)
+
+
+def perf_profile(
+    perf: str, worker: int, seconds: float, run_dir: Path, load: subprocess.Popen[bytes]
+) -> dict[str, Any]:
+    """Linux perf's samples of the worker process, without call stacks: own time by thread, by
+    shared object and by symbol. It sees what py-spy cannot: the compiled modules' functions
+    (`CPyDef_...` in the `gateway._native` library), the interpreter's, the C libraries' and
+    the kernel's (interpreted code shows only as the interpreter's loop: py-spy sees that)."""
+    data = run_dir / "perf.data"
+    record = [perf, "record", "-e", "cpu-clock", "-F", "997", "-p", str(worker), "-o", str(data)]
+    done = subprocess.run(
+        [*record, "--", "sleep", str(round(seconds))],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+        check=False,
+    )
+    if done.returncode != 0 or not data.exists():
+        raise BenchError(f"perf record failed ({done.returncode}): {done.stderr.strip()[-800:]}")
+    load.wait(timeout=seconds + WRK_SLACK_S)
+
+    def report(sort: str) -> list[list[str]]:
+        argv = [perf, "report", "-i", str(data), "--stdio", "--no-children", "--sort", sort]
+        argv += ["-F", f"overhead,{sort}", "-g", "none"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+        rows = [line.split() for line in done.stdout.splitlines()]
+        return [fields for fields in rows if len(fields) >= 2 and fields[0].endswith("%")]
+
+    by_symbol: collections.defaultdict[str, float] = collections.defaultdict(float)
+    by_object: collections.defaultdict[str, float] = collections.defaultdict(float)
+    for fields in report("dso,sym"):
+        if len(fields) < 3:
+            continue
+        share = float(fields[0].rstrip("%"))
+        obj, symbol = fields[1], " ".join(fields[2:]).removeprefix("[.] ").removeprefix("[k] ")
+        by_symbol[f"{symbol} ({obj})"] += share
+        by_object[obj] += share
+    by_thread: collections.defaultdict[str, float] = collections.defaultdict(float)  # "pid": a thread's id
+    for fields in report("pid"):
+        by_thread[" ".join(fields[1:])] += float(fields[0].rstrip("%"))
+
+    def table(shares: dict[str, float]) -> list[dict[str, Any]]:
+        ranked = sorted(shares.items(), key=lambda item: item[1], reverse=True)[:60]
+        return [{"function": k, "samples": 0, "pct": v} for k, v in ranked]
+
+    return {
+        "samples": 0,
+        "self": table(by_symbol),
+        "areas": table(by_object),
+        "threads": table(by_thread),
+        "raw": str(data),
+    }
 
 
 def _frame(frame: str) -> tuple[str, str]:

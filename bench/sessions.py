@@ -2,7 +2,7 @@
 
     python -m bench.sessions [--quick] [--no-gateway | --gateway-only] [--no-doc] [--rounds N]
                              [--seconds S]
-    python -m bench.sessions --profile off|on [--seconds S]  # py-spy one worker of a variant
+    python -m bench.sessions --profile off|on [--seconds S] [--perf]  # py-spy (or perf) one worker
 
 - bookkeeping: one session request's own work in this process: the session stages (the
   record read through the worker's cache, limits and checkpoint settings settled), the
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -92,7 +93,7 @@ async def bookkeeping(store: StateStore, n: int) -> dict[str, float]:
     def settlement(ex: Exchange | None) -> Settlement:
         update = session_update(ex, settings, 100, 60, 40, 300, ex.attempts[-1]) if ex is not None else None
         if update is not None:
-            update = update._replace(tenant=tenant)
+            update = dataclasses.replace(update, tenant=tenant)
         return Settlement(tenant, uuid.uuid4().hex, (), (), None, 900, session=update)
 
     async def stages_only() -> None:
@@ -263,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         default=64,
         help="how many sessions the requests name (--gateway-only, --profile)",
     )
+    parser.add_argument("--perf", action="store_true", help="--profile with Linux perf instead of py-spy")
     parser.add_argument(
         "--update-hold",
         type=float,
@@ -273,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     rounds = 1 if args.quick else args.rounds
     seconds = 5 if args.quick else args.seconds
     if args.profile:
-        prof = profile_gateway(args.profile, seconds, args.sessions)
-        for title in ("areas", "inclusive", "self_python"):
+        prof = profile_gateway(args.profile, seconds, args.sessions, args.perf)
+        titles = ("threads", "areas", "self") if args.perf else ("areas", "inclusive", "self_python")
+        for title in titles:
             print(f"-- {title}")
             for row in prof[title]:
                 print(f"{row['pct']:5.1f} %  {row['function']}")

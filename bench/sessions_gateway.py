@@ -160,8 +160,9 @@ def gateway_figures(rounds: int, seconds: float, sessions: int = 64, hold_s: flo
     return result
 
 
-def profile_gateway(variant: str, seconds: float, sessions: int = 64) -> dict[str, Any]:
-    """py-spy (200 Hz, --native) on one worker of the `variant` ("off" or "on") gateway under wrk c64."""
+def profile_gateway(variant: str, seconds: float, sessions: int = 64, perf: bool = False) -> dict[str, Any]:
+    """py-spy (200 Hz, --native), or Linux perf with `perf`, on one worker of the `variant`
+    ("off" or "on") gateway under wrk c64."""
 
     def record(stack: spine.Stack, start: Callable[[bool], None], script: Path) -> dict[str, Any]:
         start(variant == "on")
@@ -169,7 +170,7 @@ def profile_gateway(variant: str, seconds: float, sessions: int = 64) -> dict[st
         log = stack.tmp / f"gateway-sessions-{variant == 'on'}.log"
         server = spine.Server(f"sessions-{variant}", stack.gateway, stack.gateway_port, log, {})
         options = argparse.Namespace(
-            warmup=spine.WARMUP_S, profile_seconds=seconds, profile_rate=200, native=True
+            warmup=spine.WARMUP_S, profile_seconds=seconds, profile_rate=200, native=True, perf=perf
         )
         result: dict[str, Any] = profile(stack, server, options, stack.tmp, script)
         return result
