@@ -6,10 +6,11 @@ input, last growth, last model alias, upstream, replica, workflow, decision ids 
 due turn, 1 once `sc` holds a checkpoint, when the keys expire (ms), how many decision ids are
 listed); `sd:<session>` list of decision ids (newest last: the newest of the record's count
 are listed, older ones counted as dropped); `sc:<session>` list of checkpoints (JSON); `sx`
-zset of the tenant's sessions by last seen (ms), for the operators' listing. All expire
-together, between the session's idle time and 1/64 more after its last turn: the record is
-written with its expiry every turn; renewing a list's expiry is a call of its own, so it is
-renewed once per 1/64 of the idle time, not every turn.
+zset of the tenant's sessions by when their expiries were last renewed (ms; within 1/64 of the
+idle time of their last turn), for the operators' listing. All expire together, between the
+session's idle time and 1/64 more after its last turn: the record is written with its expiry
+every turn; renewing a list's expiry (and the session's place in `sx`) is a call of its own,
+so it is renewed once per 1/64 of the idle time, not every turn.
 
 A record written by an earlier version is a hash of the same values (`s:<session>`, fields
 f, l, t, i, c, o, u, fi, li, g, m, up, r, w, dd, due, dt, k, x, dk): readers read it while
@@ -19,13 +20,13 @@ expired record and empty the session's lists); turns such a replica serves once 
 are not counted in it.
 
 The update rides on the settle script (`settle_with_session`): the tenant's index key, its
-key base and the update (one JSON argument, `encoded`) are appended to the settle's keys and
-arguments and taken off again before the settle's own body runs, which therefore stays
-exactly `redis_scripts.SETTLE`; the record is updated only when the settle applied (a settle
-repeated by a retry counts its turn once). A lease's settle batch carries the updates of its
-requests the same way (`redis_lease.py`, `lease_call`), one per session (its turns in the
-batch folded into one: `folded`), all in one JSON argument, applied with the batch, only
-when the batch is. The records' keys are named in the script from the key base, in the
+key base and the update (one MessagePack argument, `encoded`) are appended to the settle's
+keys and arguments and taken off again before the settle's own body runs, which therefore
+stays exactly `redis_scripts.SETTLE`; the record is updated only when the settle applied (a
+settle repeated by a retry counts its turn once). A lease's settle batch carries the updates
+of its requests the same way (`redis_lease.py`, `lease_call`), one per session (its turns in
+the batch folded into one: `folded`), all in one MessagePack argument, applied with the
+batch, only when the batch is. The records' keys are named in the script from the key base, in the
 tenant's hash slot like every key of its scripts.
 """
 
@@ -40,19 +41,20 @@ import orjson
 from gateway.sessions.records import Checkpoint, SessionRecord, SessionUpdate
 
 # K: {sr, sd, sc, s (a record an earlier version kept as a hash)}; A: the update of one
-# session, one turn or several folded into one (`folded`), decoded from JSON (its numbers Lua
-# numbers): {session, turns, input, cached, output, cost (sums), first, previous and last
-# served turn's input, model, upstream, replica (the last served turn's), workflow (the last
-# given), decision ids (space-separated, in order), max decisions, idle ms, due (the last
-# given), the turns up to and with the one that gave it, checkpoints (JSON, newline-separated,
-# in order), max checkpoints}.
+# session, one turn or several folded into one (`folded`), unpacked from MessagePack (its
+# numbers Lua numbers): {session, turns, input, cached, output, cost (sums), first, previous
+# and last served turn's input, model, upstream, replica (the last served turn's), workflow
+# (the last given), decision ids (space-separated, in order), max decisions, idle ms, due (the
+# last given), the turns up to and with the one that gave it, checkpoints (JSON,
+# newline-separated, in order), max checkpoints}.
 # `apply_session` reads the record (one GET, one unpack), updates it in place and writes it
 # back with its expiry (one SET), and pushes its decision ids; the other calls are made only
 # once in many turns (trimming the ids, renewing the lists' expiries), and the checkpoints'
 # list is touched only when the record says it has one (its k). `index_sessions` then puts the
-# sessions of one call in the tenant's index `sx` at once (one ZADD, one trim). A hash of 20
-# fields cost Redis a field's work twenty times on every read and write; one packed value is
-# one string (`python -m bench.session_script`).
+# sessions of one call whose expiries were renewed in the tenant's index `sx` at once (one
+# ZADD, one trim; in most calls there are none, and no call is made). A hash of 20 fields cost
+# Redis a field's work twenty times on every read and write; one packed value is one string
+# (`python -m bench.session_script`).
 APPLY = """
 local fmt = string.format
 -- A record an earlier version kept as a hash (key `s`), as the array. The hash is left to
@@ -144,31 +146,43 @@ local function apply_session(K, A)
     redis.call('PEXPIRE', K[2], left)
     if checkpoints then redis.call('PEXPIRE', K[3], left) end
   end
+  return renew
 end
--- sx: the tenant's index; updates: the argument lists of the sessions updated, in order.
-local function index_sessions(sx, updates)
-  if #updates == 0 then return end
+-- sx: the tenant's index; renewed: the sessions whose keys' expiries this call renewed (new
+-- ones among them), each scored with now: a record lives `life` past its score, so what
+-- scores older than that has expired. Indexed only when renewed (once per idle/64 of a
+-- session's turns), the index ranks sessions within idle/64 of their last turn: a ZADD into
+-- the tenant's index on every turn was a quarter of Redis's time per update
+-- (`python -m bench.session_script`).
+local function index_sessions(sx, renewed, idle)
+  if #renewed == 0 then return end
   local ms = math.floor(now / 1000)
-  local z, idle = {}, 0
-  for _, A in ipairs(updates) do
-    z[#z + 1] = n(ms); z[#z + 1] = A[1]
-    idle = math.max(idle, A[16])
+  local score = n(ms)
+  local z = {}
+  for _, id in ipairs(renewed) do
+    z[#z + 1] = score; z[#z + 1] = id
   end
   redis.call('ZADD', sx, unpack(z))
   local life = idle + math.floor(idle / 64)  -- the longest a record lives (`apply_session`)
   redis.call('ZREMRANGEBYSCORE', sx, '-inf', '(' .. n(ms - life))
   redis.call('PEXPIRE', sx, n(life))
 end
--- The updates of one call (`encoded`: a JSON array of argument arrays) applied, under the
--- tenant's key base, then indexed in `sx`. The records' keys are named here from the base,
--- in the tenant's slot like every key of its scripts, rather than passed three per session.
+-- The updates of one call (`encoded`: a MessagePack array of argument arrays) applied, under
+-- the tenant's key base, then the renewed ones indexed in `sx`. The records' keys are named
+-- here from the base, in the tenant's slot like every key of its scripts, rather than passed
+-- three per session.
 local function apply_sessions(base, sx, encoded)
-  local updates = cjson.decode(encoded)
+  local updates = cmsgpack.unpack(encoded)
+  local renewed, idle = {}, 0
   for _, A in ipairs(updates) do
     local id = A[1]
-    apply_session({base .. 'sr:' .. id, base .. 'sd:' .. id, base .. 'sc:' .. id, base .. 's:' .. id}, A)
+    local K = {base .. 'sr:' .. id, base .. 'sd:' .. id, base .. 'sc:' .. id, base .. 's:' .. id}
+    if apply_session(K, A) then
+      renewed[#renewed + 1] = id
+      idle = math.max(idle, A[16])
+    end
   end
-  index_sessions(sx, updates)
+  index_sessions(sx, renewed, idle)
 end
 """
 
@@ -319,9 +333,11 @@ def keys(base: str, session: str) -> tuple[str, str, str, str]:
 
 def encoded(updates: Iterable[SessionUpdate]) -> bytes:
     """The scripts' argument for `updates` (one request's, or a settle batch's): their fold
-    (`folded`) as one JSON array of argument arrays, which the script decodes in one call
-    (`cjson`), rather than 20 arguments a session, each converted and packed on its own."""
-    return orjson.dumps(folded(updates))
+    (`folded`) as one MessagePack array of argument arrays, which the script unpacks in one
+    call (`cmsgpack`), rather than 20 arguments a session, each converted and packed on its
+    own. MessagePack rather than JSON: Redis unpacks it in about two thirds of the time (its
+    numbers are not parsed from text)."""
+    return msgpack.packb(folded(updates))  # type: ignore[no-any-return]
 
 
 def folded(updates: Iterable[SessionUpdate]) -> list[list[str | int]]:

@@ -1,9 +1,9 @@
-"""The Redis session scripts' argument: a batch's updates, folded per session, as one JSON
-array the script decodes."""
+"""The Redis session scripts' argument: a batch's updates, folded per session, as one
+MessagePack array the script unpacks."""
 
 from __future__ import annotations
 
-import orjson
+import msgpack
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -43,8 +43,8 @@ _UPDATES = st.builds(
 
 
 @given(st.lists(_UPDATES, max_size=8))
-def test_the_scripts_argument_is_the_batchs_folds_as_json(updates: list[SessionUpdate]) -> None:
-    assert orjson.loads(encoded(updates)) == folded(updates)
+def test_the_scripts_argument_is_the_batchs_folds_as_msgpack(updates: list[SessionUpdate]) -> None:
+    assert msgpack.unpackb(encoded(updates)) == folded(updates)
 
 
 @given(_UPDATES)

@@ -205,6 +205,34 @@ async def test_every_key_of_a_redis_record_expires_with_it(redis_prefix: str) ->
         await store.aclose()
 
 
+async def test_a_sessions_place_in_the_redis_index_is_renewed_with_its_expiry(redis_prefix: str) -> None:
+    """The tenant's index `sx` scores a session when its keys' expiries are renewed (its first
+    turn, then once per idle/64 of its turns), not on every turn; the listing still finds every
+    live session and forgets one whose record expired."""
+    store = RedisStore(REDIS_URL, redis_prefix)
+    client = redis.Redis.from_url(REDIS_URL)
+    index = f"{redis_prefix}:{{acme}}:sx"
+    try:
+        await store.update_session(update("s1", idle_s=128))  # new: indexed
+        first = client.zscore(index, "s1")
+        assert first is not None
+        await store.update_session(update("s1", idle_s=128))
+        assert await store.settle(settlement(update("s1", idle_s=128)))
+        assert client.zscore(index, "s1") == first  # within idle/64 (2 s) of the last renewal
+        await store.update_session(update("gone", idle_s=1))
+        await asyncio.sleep(2.2)  # past idle/64 of s1's renewal; `gone` has expired
+        await store.update_session(update("s1", idle_s=128))
+        renewed = client.zscore(index, "s1")
+        assert renewed is not None and renewed >= first + 2000
+        await store.update_session(update("s2", idle_s=128))
+        listed = await store.sessions(("acme",), "last_seen", 10)
+        assert [(r.session, r.turns) for r in listed] == [("s2", 1), ("s1", 4)]
+        assert client.zscore(index, "gone") is None  # the listing forgot it
+    finally:
+        client.close()
+        await store.aclose()
+
+
 def _story(session: str) -> list[SessionUpdate]:
     """Turns of one session: served and not, the model, upstream and workflow changed, a due
     reason, checkpoints, and the bounds changed midway (a reload)."""
