@@ -29,6 +29,7 @@ COMPILED = (
     "gateway/in_flight.py",
     "gateway/keys.py",
     "gateway/log_line.py",
+    "gateway/loop_turn.py",
     "gateway/output_limit.py",
     "gateway/pipeline.py",
     "gateway/random_ids.py",

@@ -16,7 +16,7 @@ in this process: a worker serving one request at a time never pays it.
 
 from __future__ import annotations
 
-import asyncio
+from gateway.loop_turn import ONE_TURN
 
 
 class _Load:
@@ -40,4 +40,4 @@ def left() -> None:
 async def together() -> None:
     """Yield one turn of the event loop when other model calls are in flight."""
     if _LOAD.in_flight > 1:
-        await asyncio.sleep(0)
+        await ONE_TURN

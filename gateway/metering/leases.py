@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.errors import StateStoreUnavailable
+from gateway.loop_turn import ONE_TURN
 from gateway.metering.lease import Lease, LeaseDraw
 from gateway.metering.plan import MeterPlan, Periods
 from gateway.metering.records import ReserveOutcome, ReserveRequest, Settlement
@@ -136,7 +137,7 @@ class Leases:
         # One turn of the loop, as a store call would have taken: the requests that arrived
         # together go on through the stages together (measured: without it, a leased request
         # cost the worker more CPU than an exactly reserved one; docs/benchmarks.md, Leases).
-        await asyncio.sleep(0)
+        await ONE_TURN
         now = self._monotonic()
         key = (id(plan), periods.day)
         self._plans[id(plan)] = plan
