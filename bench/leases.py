@@ -311,8 +311,11 @@ def profile_variant(
         perf=args.perf,
     )
     result = profile(stack, server, options, tmp, script)
-    titles = ("threads", "areas", "self") if args.perf else ("areas", "inclusive", "self_python")
-    for title in (*titles, *(("self",) if args.native and not args.perf else ())):
+    if args.perf:
+        titles: tuple[str, ...] = ("threads", "areas", "self")
+    else:
+        titles = ("areas", "inclusive", "self_python", *(("self",) if args.native else ()))
+    for title in titles:
         print(f"-- {title}")
         for row in result[title][: 60 if args.perf else 25]:
             print(f"{row['pct']:5.1f} %  {row['function']}")

@@ -34,14 +34,16 @@ def profile(
 ) -> dict[str, Any]:
     """`script`: wrk's script for the load (default: the benchmark's chat request). With
     `args.perf`, Linux perf samples the worker instead of py-spy (`perf_profile`)."""
-    # a virtualenv's py-spy is beside its python, whether or not the venv is on PATH
-    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
-    if getattr(args, "perf", False):
-        spy = shutil.which("perf")
-        if spy is None:
+    use_perf = getattr(args, "perf", False)
+    if use_perf:
+        sampler = shutil.which("perf")
+        if sampler is None:
             raise BenchError("perf is not installed (apt-get install linux-perf)")
-    elif spy is None:
-        raise BenchError("py-spy is not installed (pip install py-spy)")
+    else:
+        # a virtualenv's py-spy is beside its python, whether or not the venv is on PATH
+        sampler = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+        if sampler is None:
+            raise BenchError("py-spy is not installed (pip install py-spy)")
     script = script or write_wrk_script(stack)
     wrk(gateway.url, script, 64, args.warmup)
     wait_quiet()
@@ -66,10 +68,10 @@ def profile(
     )
     try:
         time.sleep(1.0)
-        if getattr(args, "perf", False):
-            return perf_profile(spy, worker, seconds, run_dir, load)
+        if use_perf:
+            return perf_profile(sampler, worker, seconds, run_dir, load)
         argv = [
-            spy,
+            sampler,
             "record",
             "--pid",
             str(worker),

@@ -26,8 +26,8 @@ stays exactly `redis_scripts.SETTLE`; the record is updated only when the settle
 settle repeated by a retry counts its turn once). A lease's settle batch carries the updates
 of its requests the same way (`redis_lease.py`, `lease_call`), one per session (its turns in
 the batch folded into one: `folded`), all in one MessagePack argument, applied with the
-batch, only when the batch is. The records' keys are named in the script from the key base, in the
-tenant's hash slot like every key of its scripts.
+batch, only when the batch is. The records' keys are named in the script from the key base,
+in the tenant's hash slot like every key of its scripts.
 """
 
 from __future__ import annotations
