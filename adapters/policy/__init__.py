@@ -6,13 +6,20 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from adapters.policy.opa import OpaEngine
-from adapters.policy.rego import RegoEngine
 from adapters.policy.source import PolicyLoadError
 from gateway.config import PolicyConfig
 from gateway.ports import PolicyEngine
 
+
+async def _open_rego(config: PolicyConfig) -> PolicyEngine:
+    # Imported here: regopy's native library is loaded only by a gateway that evaluates in process.
+    from adapters.policy.rego import RegoEngine
+
+    return await RegoEngine.open(config)
+
+
 POLICY_ENGINES: dict[str, Callable[[PolicyConfig], Awaitable[PolicyEngine]]] = {
-    "rego": RegoEngine.open,
+    "rego": _open_rego,
     "opa": OpaEngine.open,
 }
 
