@@ -12,20 +12,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 
-def run_child(tree: Path | str, script: str, argv: list[str]) -> str:
+def run_child(tree: Path | str, script: str, argv: list[str], prefix: Sequence[str] = ()) -> str:
     """`script` run as `__main__` with `argv` in a fresh process, `tree` first on its path
-    (by its path: the other tree's `bench` package may not have it); what it printed."""
+    (by its path: the other tree's `bench` package may not have it), under the command
+    `prefix` if any (valgrind); what it printed."""
     code = (
         f"import runpy, sys; sys.path.insert(0, {str(tree)!r}); "
         f"sys.argv = {[Path(script).stem, *argv]!r}; runpy.run_path({script!r}, run_name='__main__')"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    done = subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{tree} {' '.join(argv)}: {done.stderr.strip()[-800:]}")
     return done.stdout

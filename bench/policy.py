@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import os
 import shutil
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -161,22 +163,30 @@ async def decision_figures(directory: Path, n_cached: int, n_uncached: int) -> d
         out["rego_uncached_64"] = await concurrent(stage(engine, cached=False), items, n_uncached * 2)
     finally:
         await engine.aclose()
-    port = spine.free_port()
-    argv = [sys.executable, "-m", "tests.policy.opa_server", str(directory), str(port), "--compiled"]
-    server = subprocess.Popen(argv, cwd=ROOT)  # noqa: ASYNC220 (started once, before the measurement)
-    try:
-        url = f"http://{spine.HOST}:{port}"
-        _wait_port(url + "/health", server)
+    with start_opa_server(directory) as url:  # started once, before the measurement
         opa = OpaEngine(PolicyConfig(dir=str(directory), engine="opa", opa={"url": url, "timeout_ms": 2000}))
         try:
             out["opa_uncached"] = await sequential(stage(opa, cached=False), items, n_uncached)
             out["opa_client"] = await client_figures(opa, url, n_uncached)
         finally:
             await opa.aclose()
+    return out
+
+
+@contextlib.contextmanager
+def start_opa_server(directory: Path) -> Iterator[str]:
+    """The OPA-protocol test server on `directory`'s policy (evaluated with the gateway's
+    compiled bundles), in a process of its own; its URL, the server stopped when done."""
+    port = spine.free_port()
+    argv = [sys.executable, "-m", "tests.policy.opa_server", str(directory), str(port), "--compiled"]
+    server = subprocess.Popen(argv, cwd=ROOT)
+    try:
+        url = f"http://{spine.HOST}:{port}"
+        _wait_port(url + "/health", server)
+        yield url
     finally:
         server.terminate()
         server.wait(10)
-    return out
 
 
 async def client_figures(ours: OpaEngine, url: str, n: int) -> dict[str, Any]:

@@ -39,9 +39,19 @@ CHAT = CHAT_BODY.encode()
 VARIANTS = ("off", "on")
 
 
-def child(port: int, variant: str, requests: int, rounds: int, sessions_named: int) -> None:
+def child(
+    port: int,
+    variant: str,
+    requests: int,
+    rounds: int,
+    sessions_named: int,
+    opa_url: str | None = None,
+    session_cache_s: float | None = None,
+) -> None:
     """In the tree on sys.path: the whole pipeline's app with sessions `variant`, then
-    `rounds` rounds of `requests` requests; prints each round's CPU us per request as JSON."""
+    `rounds` rounds of `requests` requests; prints each round's CPU us per request as JSON.
+    With `opa_url` the policy is asked of that OPA server (its decisions cached), not regopy;
+    `session_cache_s` replaces `sessions.cache_s`."""
     import uvloop
 
     from bench.metering import REDIS_URL, policy_dir
@@ -70,9 +80,13 @@ def child(port: int, variant: str, requests: int, rounds: int, sessions_named: i
         "keys": [{"tenant": "bench", "hash": hash_key(key)}],
         "prices": {"bench-upstream-model": {"input": 0.95, "cached_input": 0.16, "output": 4.0}},
         "state": {"store": "redis", "redis_url": REDIS_URL, "key_prefix": prefix},
-        "policy": {"dir": str(policy)},
+        "policy": {"dir": str(policy)}
+        if opa_url is None
+        else {"dir": str(policy), "engine": "opa", "opa": {"url": opa_url}, "cache": {"ttl_s": 86400}},
         "audit": {"sink": "jsonl", "path": str(tmp / "audit.jsonl")},
-        "sessions": {"enabled": variant == "on"},
+        "sessions": {"enabled": variant == "on"}
+        if session_cache_s is None
+        else {"enabled": variant == "on", "cache_s": session_cache_s},
     }
     path = tmp / "config.yaml"
     path.write_text(json.dumps(config_doc))  # JSON is YAML
