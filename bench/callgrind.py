@@ -98,8 +98,8 @@ def counted(
             tree,
             __file__,
             [*argv, "--opa-url", opa_url],
-            # One hash seed, so that dicts and sets probe alike in every run (with random
-            # seeds, one tree measured twice differed by 0.8 %, mostly in dict look-ups).
+            # One hash seed, so that dicts and sets probe alike in every run: one tree measured
+            # twice differed by 0.8 % with random seeds (in dict look-ups), by 0.18 % with one.
             prefix=["env", "PYTHONHASHSEED=0", "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"],
         )
         tables = {}
