@@ -74,7 +74,7 @@ class Counter:
 
     def add(self, labels: Labels, value: float = 1.0) -> None:
         series = self.series
-        current = series.get(labels)  # one look-up, one store: a third of the work of `+=` after `in`
+        current = series.get(labels)  # a look-up and a store, where `in` and then `+=` made three
         if current is None:
             labels = _admit(series, labels)
             current = series.get(labels, 0.0)
