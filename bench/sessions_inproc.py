@@ -37,6 +37,7 @@ from bench.harness import CHAT_BODY
 CONCURRENCY = 64
 CHAT = CHAT_BODY.encode()
 VARIANTS = ("off", "on")
+PATIENT_MS = 60_000  # the policy's and the store's timeouts under callgrind (`opa_url` given)
 
 
 def child(
@@ -50,7 +51,8 @@ def child(
 ) -> None:
     """In the tree on sys.path: the whole pipeline's app with sessions `variant`, then
     `rounds` rounds of `requests` requests; prints each round's CPU us per request as JSON.
-    With `opa_url` the policy is asked of that OPA server (its decisions cached), not regopy;
+    With `opa_url` (`bench.callgrind`) the policy is asked of that OPA server (its decisions
+    cached), not regopy, and the policy and the store are given a minute to answer;
     `session_cache_s` replaces `sessions.cache_s`."""
     import uvloop
 
@@ -82,12 +84,20 @@ def child(
         "state": {"store": "redis", "redis_url": REDIS_URL, "key_prefix": prefix},
         "policy": {"dir": str(policy)}
         if opa_url is None
-        else {"dir": str(policy), "engine": "opa", "opa": {"url": opa_url}, "cache": {"ttl_s": 86400}},
+        else {
+            "dir": str(policy),
+            "engine": "opa",
+            "opa": {"url": opa_url, "timeout_ms": PATIENT_MS},
+            "cache": {"ttl_s": 86400},
+            "timeout_ms": PATIENT_MS,
+        },
         "audit": {"sink": "jsonl", "path": str(tmp / "audit.jsonl")},
         "sessions": {"enabled": variant == "on"}
         if session_cache_s is None
         else {"enabled": variant == "on", "cache_s": session_cache_s},
     }
+    if opa_url is not None:  # under callgrind: a request takes some 50 times as long
+        config_doc["state"]["timeout_s"] = PATIENT_MS / 1000
     path = tmp / "config.yaml"
     path.write_text(json.dumps(config_doc))  # JSON is YAML
     config = load_config(path)
@@ -115,6 +125,9 @@ def child(
             json.dumps(uvloop.run(drive(app, scope_of, CHAT, requests, rounds, 40, tune_gc, CONCURRENCY))),
             file=out,
         )
+    except SystemExit:
+        sys.stderr = sys.__stderr__  # why the run stopped, where the parent reads it
+        raise
     finally:
         from bench.sessions_gateway import delete_keys
 
