@@ -146,9 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     from bench.metering import policy_dir
     from bench.policy import start_opa_server
 
-    tmp = Path(tempfile.mkdtemp(prefix="tollgate-bench-callgrind-"))
     trees: dict[str, Path] = {}
-    with harness.machine_lock(), upstream_and_trees(None, "tollgate-bench-callgrind-") as (port, found):
+    with (
+        harness.machine_lock(),
+        upstream_and_trees(None, "tollgate-bench-callgrind-") as (port, found),
+        tempfile.TemporaryDirectory(prefix="tollgate-bench-callgrind-") as kept,  # the profiles: large
+    ):
+        tmp = Path(kept)
         trees["this"] = found["this"]
         if args.base_tree:
             trees["base"] = Path(args.base_tree)
