@@ -24,6 +24,7 @@ from gateway.config import (
     SIM_PORT_ENV,
     ConfigError,
     GatewayConfig,
+    StateConfig,
     load_config,
     metrics_dir_from_env,
 )
@@ -232,7 +233,6 @@ def _live_keys(args: argparse.Namespace) -> int:
 
     from adapters.state import build_key_store
     from gateway.app import audit_sink_from
-    from gateway.config import StateConfig
     from gateway.keystore import commands
     from gateway.keystore.operations import KeyOperations
     from gateway.metering.parts import state_config
@@ -306,7 +306,6 @@ def _spend(
     from datetime import UTC, datetime
 
     from adapters.state import build_state_store
-    from gateway.config import StateConfig
     from gateway.errors import StateStoreUnavailable
     from gateway.metering.parts import state_config
     from gateway.metering.records import SpendRow
@@ -320,7 +319,7 @@ def _spend(
         last = parse_day(until, "--until") if until else last
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    store = build_state_store(state_config(config) or StateConfig())
+    store = build_state_store(_existing_state(state_config(config) or StateConfig()))
 
     async def query() -> list[SpendRow]:
         try:
@@ -398,7 +397,23 @@ def _sessions(args: argparse.Namespace) -> int:
     from adapters.state import build_state_store
 
     config = load_config(args.config)
-    return session_commands.run(args, config, build_state_store(session_commands.state_of(config)))
+    named = [args.tenant] if args.sessions_command == "show" else args.tenant or []
+    for tenant in named:
+        if tenant not in config.tenants:
+            raise ConfigError(f"{args.config}: no tenant {tenant!r}")
+    state = _existing_state(session_commands.state_of(config))
+    return session_commands.run(args, config, build_state_store(state))
+
+
+def _existing_state(state: StateConfig) -> StateConfig:
+    """`state`, for a command that only reads it: an embedded SQLite file that is not there
+    is an error (opening it would create an empty one, and the command would answer from it)."""
+    if state.store == "sqlite" and not Path(state.sqlite_path).exists():
+        raise ConfigError(
+            f"no state database at {Path(state.sqlite_path).resolve()}: state.sqlite_path is relative to "
+            "the working directory; run this where the gateway runs, or make the path absolute"
+        )
+    return state
 
 
 def _audit_verify(path: str | None, redis_url: str | None, stream: str) -> int:

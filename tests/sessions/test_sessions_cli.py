@@ -80,3 +80,26 @@ def test_sessions_show_finds_a_session_by_the_id_its_client_sent(
     assert shown["decision_ids"] == ["d1"]
     assert main(["sessions", "show", "theirs", "--tenant", "acme", "--config", str(config)]) == 1
     assert "no such session" in capsys.readouterr().err
+
+
+def test_sessions_commands_refuse_a_state_file_that_is_not_there(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Run from elsewhere, a relative sqlite_path names no file: an error, not an empty answer
+    # from a database the command itself would have created.
+    data = yaml.safe_load(config.read_text())
+    data["state"]["sqlite_path"] = str(tmp_path / "elsewhere" / "state.db")
+    config.write_text(yaml.safe_dump(data))
+    for argv in (["sessions", "list"], ["sessions", "show", "large", "--tenant", "acme"], ["spend"]):
+        assert main([*argv, "--config", str(config)]) == 2
+        assert "no state database at" in capsys.readouterr().err
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_sessions_commands_name_a_tenant_the_config_does_not_have(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sessions", "show", "large", "--tenant", "nobody", "--config", str(config)]) == 2
+    assert "no tenant 'nobody'" in capsys.readouterr().err
+    assert main(["sessions", "list", "--tenant", "nobody", "--config", str(config)]) == 2
+    assert "no tenant 'nobody'" in capsys.readouterr().err
