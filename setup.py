@@ -65,6 +65,7 @@ COMPILED = (
     "adapters/upstream/http_client.py",
     "adapters/upstream/http_connection.py",
     "adapters/upstream/openai_compat.py",
+    "adapters/upstream/sse_events.py",
 )
 # Matched above and left plain: the `tollgate sessions` command (not on the request path),
 # pydantic models (read once, at config load; pydantic builds them from the class at run

@@ -1,10 +1,13 @@
-"""The shapes of streamed chunk that the response guards take a shorter way for: one choice's
-text, or one tool call's argument text, and nothing else (`Chunk.text_delta`, and the
-redaction guard's scan per upstream read)."""
+"""A streamed chunk (`Chunk`), and the shapes of one that the response guards take a shorter
+way for: one choice's text, or one tool call's argument text, and nothing else
+(`Chunk.text_delta`, and the redaction guard's scan per upstream read). Compiled with the
+request path: every chunk of every stream is one (`gateway.ports` names it for the adapters)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import orjson
 
 TEXT_FIELDS = ("reasoning_content", "reasoning", "content", "refusal")
 """The texts of a message or a delta, in the order a model writes them: reasoning (vLLM and
@@ -59,3 +62,46 @@ def _quiet(data: dict[str, Any], choice: Any) -> bool:
     ):
         return False
     return data.get("usage") is None
+
+
+_UNSEEN: Any = object()
+
+
+class Chunk:
+    """One streamed event: the JSON text as received, parsed only when someone looks."""
+
+    __slots__ = ("_data", "_text", "dirty", "raw")
+
+    def __init__(self, raw: bytes, data: dict[str, Any] | None = None) -> None:
+        self.raw = raw
+        self._data = data
+        self._text: Any = _UNSEEN  # text_delta's answer once worked out
+        self.dirty = False  # set by whoever changes `data`, so it is re-serialised
+
+    def text_delta(self) -> tuple[dict[str, Any], str, str] | None:
+        """(its choice, the field, the text) when this chunk is a plain text delta: one choice
+        whose delta is one non-empty text (`TEXT_FIELDS`), no finish_reason, no logprobs, no
+        usage, nothing else of note; None for any other chunk. Worked out at the first look
+        and kept: the guards that ask (the first ones) ask before any of them changes it."""
+        found: tuple[dict[str, Any], str, str] | None
+        if self._text is _UNSEEN:
+            found = text_delta(self.data)
+            self._text = found
+            return found
+        found = self._text
+        return found
+
+    @property
+    def data(self) -> dict[str, Any]:
+        data = self._data
+        if data is None:
+            parsed = orjson.loads(self.raw)
+            data = parsed if isinstance(parsed, dict) else {"value": parsed}
+            self._data = data
+        return data
+
+    def encoded(self) -> bytes:
+        if self.dirty:
+            self.raw = orjson.dumps(self.data)
+            self.dirty = False
+        return self.raw

@@ -7,9 +7,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-import orjson
-
-from gateway.chunk_shapes import text_delta
+# A stream's chunk, which adapters make: defined with its shapes, compiled; named here for them.
+from gateway.chunk_shapes import Chunk as Chunk  # noqa: PLC0414 (mypy's explicit re-export)
 from gateway.exchange import Endpoint
 from gateway.keystore.records import KeyChanges, LiveKey
 from gateway.metering.lease_records import LeaseGrant, LeaseSync
@@ -69,44 +68,6 @@ class UpstreamRequest:
 class UpstreamResponse:
     status: int
     body: dict[str, Any]  # OpenAI-shaped, envelope removed
-
-
-_UNSEEN: Any = object()
-
-
-class Chunk:
-    """One streamed event: the JSON text as received, parsed only when someone looks."""
-
-    __slots__ = ("_data", "_text", "dirty", "raw")
-
-    def __init__(self, raw: bytes, data: dict[str, Any] | None = None) -> None:
-        self.raw = raw
-        self._data = data
-        self._text: tuple[dict[str, Any], str, str] | None = _UNSEEN
-        self.dirty = False  # set by whoever changes `data`, so it is re-serialised
-
-    def text_delta(self) -> tuple[dict[str, Any], str, str] | None:
-        """(its choice, the field, the text) when this chunk is a plain text delta: one choice
-        whose delta is one non-empty text (`TEXT_FIELDS`), no finish_reason, no logprobs, no
-        usage, nothing else of note; None for any other chunk. Worked out at the first look
-        and kept: the guards that ask (the first ones) ask before any of them changes it."""
-        found = self._text
-        if found is _UNSEEN:
-            found = self._text = text_delta(self.data)
-        return found
-
-    @property
-    def data(self) -> dict[str, Any]:
-        if self._data is None:
-            parsed = orjson.loads(self.raw)
-            self._data = parsed if isinstance(parsed, dict) else {"value": parsed}
-        return self._data
-
-    def encoded(self) -> bytes:
-        if self.dirty:
-            self.raw = orjson.dumps(self.data)
-            self.dirty = False
-        return self.raw
 
 
 class ChunkStream(Protocol):

@@ -1,18 +1,17 @@
-"""Server-sent events from an upstream, as parsed chunks."""
+"""Server-sent events from an upstream, as parsed chunks: the async generators that read them
+(plain Python: mypyc compiles no async generator), around the compiled parsing of
+adapters/upstream/sse_events.py."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
-
-import orjson
 
 from adapters.upstream.http_answers import StreamResponse
 from adapters.upstream.http_client import HttpClient
+from adapters.upstream.sse_events import ChunkDecoder, ChunkShaper, EventTooLarge, SseEvents
 from gateway.errors import UpstreamError
 from gateway.ports import Chunk, UpstreamRequest
 
-ChunkShaper = Callable[[dict[str, Any]], dict[str, Any] | None]
 ErrorOf = Callable[[int, bytes, dict[str, str]], UpstreamError]
 
 
@@ -38,67 +37,6 @@ async def open_event_stream(
     return response
 
 
-MAX_EVENT_BYTES = 16 * 1024 * 1024
-"""An event (its data so far and its unfinished line) held at most: past it the stream is
-malformed, rather than a buffer that grows for as long as an upstream sends no newline."""
-
-
-class EventTooLarge(ValueError):
-    pass
-
-
-class SseEvents:
-    """The `data` of each event in a body fed in blocks of any size (a block may end anywhere,
-    mid-line included); multi-line data joined; other fields and comments skipped."""
-
-    __slots__ = ("_data", "_held", "_max", "_rest")
-
-    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
-        self._data: list[bytes] = []  # the data lines of the event in progress
-        self._rest = b""  # an unfinished line
-        self._held = 0  # bytes of the event in progress's data lines
-        self._max = max_event_bytes
-
-    def feed(self, block: bytes) -> list[bytes]:
-        if self._rest:
-            block = self._rest + block
-        lines = block.split(b"\n")
-        self._rest = lines.pop()
-        events = self._events(lines)
-        if self._held + len(self._rest) > self._max:
-            raise EventTooLarge(f"an event longer than {self._max} bytes")
-        return events
-
-    def end(self) -> list[bytes]:
-        """What the body's end completes: its last line, its last event without a blank line."""
-        rest, self._rest = self._rest, b""
-        events = self._events([rest]) if rest else []
-        if self._data:
-            events.append(b"\n".join(self._data))
-            self._data = []
-            self._held = 0
-        return events
-
-    def _events(self, lines: list[bytes]) -> list[bytes]:
-        events: list[bytes] = []
-        data = self._data
-        held = self._held
-        for raw_line in lines:
-            line = raw_line.rstrip(b"\r")
-            if not line:
-                if data:
-                    events.append(data[0] if len(data) == 1 else b"\n".join(data))
-                    data = []
-                    held = 0
-            elif line.startswith(b"data:"):
-                value = line[5:]
-                data.append(value[1:] if value.startswith(b" ") else value)
-                held += len(value)
-        self._data = data
-        self._held = held
-        return events
-
-
 async def sse_batches(blocks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
     """The `data` of the events each block completes, block by block: the events one read
     brought are handled together (and their chunks relayed in one write, gateway/http_protocol.py)."""
@@ -121,8 +59,7 @@ class SseChunkStream:
     def __init__(self, response: StreamResponse, upstream: str, shape: ChunkShaper | None = None) -> None:
         self._response = response
         self._upstream = upstream
-        self._shape = shape
-        self._finished = False  # a chunk as the upstream sent it had a finish reason
+        self._decoder = ChunkDecoder(upstream, shape)
         self._ready = 0  # chunks of the block in hand not handed out yet
 
     def __aiter__(self) -> AsyncIterator[Chunk]:
@@ -136,6 +73,7 @@ class SseChunkStream:
 
     async def _chunks(self) -> AsyncIterator[Chunk]:
         batches = sse_batches(self._response.blocks())
+        decode = self._decoder.decode
         started = False
         try:
             async for batch in batches:
@@ -148,7 +86,7 @@ class SseChunkStream:
                             async for _ in batches:  # read to the end so the connection can be reused
                                 pass
                             return
-                        first = self._chunk(payload)
+                        first = decode(payload)
                         if first is not None:
                             started = True
                             yield first
@@ -166,7 +104,7 @@ class SseChunkStream:
                         done = True
                         break
                     try:
-                        chunk = self._chunk(payload)
+                        chunk = decode(payload)
                     except UpstreamError as exc:
                         failed = exc
                         break
@@ -188,43 +126,12 @@ class SseChunkStream:
                 code="upstream_malformed_chunk",
                 upstream=self._upstream,
             ) from None
-        if not self._finished:
+        if not self._decoder.finished:
             raise UpstreamError(
                 f"Upstream {self._upstream!r} ended the stream before completing it.",
                 code="upstream_incomplete",
                 upstream=self._upstream,
             )
 
-    def _chunk(self, payload: bytes) -> Chunk | None:
-        try:
-            data = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            raise UpstreamError(
-                f"Upstream {self._upstream!r} sent a malformed stream chunk.",
-                code="upstream_malformed_chunk",
-                upstream=self._upstream,
-            ) from None
-        if not isinstance(data, dict):
-            return None
-        if "error" in data and "choices" not in data:
-            raise UpstreamError(
-                f"Upstream {self._upstream!r} reported an error mid-stream.",
-                code="upstream_stream_error",
-                upstream=self._upstream,
-            )
-        if not self._finished:
-            self._finished = _has_finish_reason(data)
-        if self._shape is None:
-            return Chunk(payload, data)
-        shaped = self._shape(data)
-        return None if shaped is None else Chunk(orjson.dumps(shaped), shaped)
-
     async def aclose(self) -> None:
         self._response.close()
-
-
-def _has_finish_reason(data: dict[str, Any]) -> bool:
-    for choice in data.get("choices") or ():
-        if isinstance(choice, dict) and choice.get("finish_reason"):
-            return True
-    return False

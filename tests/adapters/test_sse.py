@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters.upstream.sse import EventTooLarge, SseChunkStream, SseEvents, sse_batches
+from adapters.upstream.sse import SseChunkStream, sse_batches
+from adapters.upstream.sse_events import EventTooLarge, SseEvents
 from gateway.errors import UpstreamError
 
 
