@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -13,7 +14,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 import orjson
 
@@ -79,11 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             if args.first_key:
                 _ensure_first_key(args.config, load_config(args.config), label="first")
-            return _serve(args.config, args.host, args.port, args.workers)
+            return _unwinding_on_sigterm(lambda: _serve(args.config, args.host, args.port, args.workers))
         if args.command == "jobs-worker":
             return run_jobs_worker(args.config, args.nice, args.idle)
         if args.command == "dev":
-            return _dev(args.config, args.host, args.port, args.sim_port, args.sim_profile)
+            return _unwinding_on_sigterm(
+                lambda: _dev(args.config, args.host, args.port, args.sim_port, args.sim_profile)
+            )
         if args.command == "keys":
             if args.keys_command != "create" or args.store:
                 return _live_keys(args)
@@ -104,6 +109,34 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"tollgate: {exc}", file=sys.stderr)
         return 2
+
+
+class _Terminated(Exception):
+    """SIGTERM, raised where the process was when it arrived."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
+def _unwinding_on_sigterm(run: Callable[[], int]) -> int:
+    """Run a server so that SIGTERM unwinds it, then ends the process by that signal.
+
+    A single worker serving in this process raises the SIGTERM that stopped it again once it has
+    shut down (uvicorn does). By default that ends the process on the spot, past every `finally`:
+    `tollgate dev` would leave its simulator to stop on its own after it has gone (the port still
+    taken for a moment) and the workers' metrics directory would stay behind. Here the signal
+    unwinds the stack first, and the exit status is still the signal's. (With many workers the
+    supervisor handles SIGTERM itself and returns.)"""
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return run()
+    except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+        raise  # not reached: the default action ends the process
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _add_run_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -580,9 +613,8 @@ def _dev(config_path: str, host: str | None, port: int | None, sim_port: int, si
     from gateway.worker_server import exit_with_master
 
     dev_pid = os.getpid()
-    # The simulator stops with `tollgate dev` however that ends: a single worker serving in this
-    # process exits by the signal that stopped it, past any `finally` here. No thread runs yet
-    # (the announcer starts after), so a preexec_fn is safe.
+    # The simulator stops with `tollgate dev` however that ends, even by SIGKILL (its parent-death
+    # signal). No thread runs yet (the announcer starts after), so a preexec_fn is safe.
     sim = subprocess.Popen(
         [sys.executable, "-m", "simulator", "--port", str(sim_port), "--profile", sim_profile],
         stdout=subprocess.DEVNULL,
@@ -600,7 +632,11 @@ def _dev(config_path: str, host: str | None, port: int | None, sim_port: int, si
         return _serve(config_path, host, port, None)
     finally:
         sim.terminate()
-        sim.wait(timeout=10)
+        try:
+            sim.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            sim.kill()
+            sim.wait()
 
 
 def _announce_when_ready(address: str, upstream: str, seconds: float = 600.0) -> None:

@@ -135,7 +135,7 @@ def test_dev_serves_the_kimi_contract_to_the_official_sdk(tmp_path: Path) -> Non
         client.close()
 
         proc.send_signal(signal.SIGTERM)  # to `tollgate dev` alone, as a terminal's Ctrl-C or kill would
-        proc.wait(timeout=60)
+        assert proc.wait(timeout=60) == -signal.SIGTERM  # after the simulator has stopped:
         with socket.socket() as probe:
             assert probe.connect_ex(("127.0.0.1", sim_port)) != 0, "the simulator outlived tollgate dev"
     finally:
