@@ -363,7 +363,7 @@ def _spend(
     try:
         rows = asyncio.run(query())
     except StateStoreUnavailable as exc:
-        print(f"tollgate: {exc.message}", file=sys.stderr)
+        print(f"tollgate: {exc.failure}", file=sys.stderr)
         return 1
     print(orjson.dumps(spend_document(rows, first, last, by)).decode() if as_json else spend_table(rows, by))
     return 0

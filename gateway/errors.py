@@ -265,11 +265,14 @@ class StateStoreUnavailable(GatewayError):
     type = "api_error"
     code = "state_store_unavailable"
 
-    def __init__(self, message: str, *, may_have_applied: bool = False) -> None:
+    def __init__(self, message: str, *, may_have_applied: bool = False, failure: str | None = None) -> None:
         super().__init__(message)
         # The operation was sent and no answer came (a timeout, a connection lost): the
         # store may apply it later. False when it is known not to have been applied.
         self.may_have_applied = may_have_applied
+        # What failed, without what it means for a request: for the commands that read the
+        # store (`tollgate sessions`, `tollgate spend`).
+        self.failure = failure or message
 
 
 class InternalError(GatewayError):

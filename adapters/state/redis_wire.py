@@ -323,10 +323,11 @@ def _optional_str(value: object) -> str | None:
 
 
 def unavailable(describe: str, exc: BaseException, may_have_applied: bool = False) -> StateStoreUnavailable:
+    failure = f"the state store (Redis at {describe}) is unreachable or failed ({type(exc).__name__})"
     error = StateStoreUnavailable(
-        f"The state store (Redis at {describe}) is unreachable or failed ({type(exc).__name__}); "
-        "budgets and rate limits cannot be checked, so the request was not processed.",
+        f"T{failure[1:]}; budgets and rate limits cannot be checked, so the request was not processed.",
         may_have_applied=may_have_applied,
+        failure=failure,
     )
     error.__cause__ = exc  # for the log; clients see only the message above
     return error

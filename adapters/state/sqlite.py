@@ -66,9 +66,8 @@ def _resolve(future: asyncio.Future[Any], outcome: object, path: str) -> None:
     if future.done():  # the caller went away
         return
     if isinstance(outcome, sqlite3.Error | OSError):
-        error = StateStoreUnavailable(
-            f"The state store (SQLite file {path}) failed: {outcome}. The request was not processed."
-        )
+        failure = f"the state store (SQLite file {path}) failed: {outcome}"
+        error = StateStoreUnavailable(f"T{failure[1:]}. The request was not processed.", failure=failure)
         error.__cause__ = outcome
         future.set_exception(error)
     else:

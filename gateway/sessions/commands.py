@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from gateway.config import GatewayConfig, StateConfig, config_path_from_env
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, StateStoreUnavailable
 from gateway.ports import StateStore
 from gateway.sessions.records import SESSION_SORTS
 from gateway.sessions.views import document, listing_query
@@ -49,6 +49,9 @@ def run(args: argparse.Namespace, config: GatewayConfig, store: StateStore) -> i
 
     try:
         found = asyncio.run(query())
+    except StateStoreUnavailable as exc:
+        print(f"tollgate: {exc.failure}", file=sys.stderr)
+        return 1
     except GatewayError as exc:
         print(f"tollgate: {exc.message}", file=sys.stderr)
         return 1

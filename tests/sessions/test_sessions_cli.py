@@ -13,6 +13,7 @@ from adapters.state.sqlite import SQLiteStore
 from gateway.cli import main
 from gateway.sessions.records import SessionUpdate
 from gateway.stages.admit import scoped_session_key
+from tests.harness import free_port
 
 
 def update(tenant: str, session_id: str, tokens: int) -> SessionUpdate:
@@ -103,3 +104,18 @@ def test_sessions_commands_name_a_tenant_the_config_does_not_have(
     assert "no tenant 'nobody'" in capsys.readouterr().err
     assert main(["sessions", "list", "--tenant", "nobody", "--config", str(config)]) == 2
     assert "no tenant 'nobody'" in capsys.readouterr().err
+
+
+def test_sessions_commands_say_what_failed_when_redis_cannot_be_reached(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The store's error as a command reads it: what failed, not what it means for a request.
+    data = yaml.safe_load(config.read_text())
+    data["state"] = {"store": "redis", "redis_url": f"redis://127.0.0.1:{free_port()}/0"}
+    config.write_text(yaml.safe_dump(data))
+    for argv in (["sessions", "list"], ["sessions", "show", "large", "--tenant", "acme"], ["spend"]):
+        assert main([*argv, "--config", str(config)]) == 1
+        err = capsys.readouterr().err
+        assert "the state store (Redis at 127.0.0.1:" in err
+        assert "unreachable or failed (" in err
+        assert "request" not in err
