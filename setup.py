@@ -45,6 +45,7 @@ COMPILED = (
     "gateway/policy/cache.py",
     "gateway/policy/input.py",
     "gateway/redaction/guard.py",
+    "gateway/redaction/in_progress.py",
     "gateway/redaction/joined.py",
     "gateway/redaction/prefilter.py",
     "gateway/redaction/request.py",

@@ -29,18 +29,16 @@ import regex
 
 from gateway.redaction.entities import LOOKAHEAD, EntityKind
 from gateway.redaction.first_chars import first_chars, read_chars
-from gateway.redaction.in_progress import StreamPlan, search_from, tail_start
+from gateway.redaction.in_progress import UNBOUNDED, StreamPlan, scan_patterns
 from gateway.redaction.joined import SEPARATOR, separator_blind
 from gateway.redaction.prefilter import Prefilter, compilable, max_width, min_width
 from gateway.redaction.seen import SeenTexts
 
-_UNBOUNDED = 1 << 62
 LOOK_ALIKE = "~"
 """What starts the kind of a match that keeps other kinds out of its span but is not an
 entity (no kind's name can: see `entities.NAME_PATTERN`)."""
 _UNJUDGED = object()
 _PLANS = 256
-_TAILS_FROM = 4  # patterns to search: below this, searching each costs less than sparing some
 
 
 class Found(NamedTuple):
@@ -132,7 +130,7 @@ class Catalog:
                     kind.check,
                     kind.look_alike,
                     "v" in compiled.groupindex,
-                    width or _UNBOUNDED,
+                    width or UNBOUNDED,
                     shortest,
                     starts,
                     len(prefiltered) if filtered else -1,
@@ -215,52 +213,10 @@ class Catalog:
         return result
 
     def scan(self, text: str, pos: int, final: bool, names: frozenset[str]) -> tuple[list[Found], int]:
-        size = len(text)
-        hold = size
-        matches: list[Any] = []  # every complete match, accepted or not
-        accepted: list[Found] = []
-        # A pattern none of whose first characters is in the (ASCII) text from `pos` on can
-        # neither match nor be in progress there: most patterns, on most of a stream's text.
         plan = self._plans.get(names)
         if plan is None:
             plan = self._plan(names)
-        rest = text[pos:]
-        patterns: Sequence[_Exact] = plan.every
-        hits = None
-        # Text from `pos` on shorter than a pattern's shortest match cannot hold a complete
-        # one (a window's text mostly is: a word or two), Hyperscan or not.
-        short = _UNBOUNDED
-        if rest.isascii():
-            patterns = plan.for_chars(frozenset(rest))
-            # While the text may go on: a prefiltered pattern Hyperscan reports no match of
-            # (none ending at `pos` or later) has no complete match from `pos` on, at most one
-            # in progress at the end, which has read the text from its start to the end: it
-            # starts in the text's tail of the characters such a match reads, at one of its
-            # first characters. Searched from there, and not at all when that is at or after
-            # the hold another pattern already set. (The final scan searches every pattern, as
-            # `find`'s exact reference.)
-            if not final and text.isascii():
-                short = size - pos
-                # Worth its Hyperscan call only when there are a few patterns to spare a search.
-                if len(patterns) >= _TAILS_FROM:
-                    hits = self._prefilter.ending_from(text, pos)
-        tails: list[tuple[int, int, _Exact]] = []
-        for position, exact in enumerate(patterns):
-            if exact.tail_chars is not None and (
-                short < exact.shortest
-                or (hits is not None and exact.prefiltered >= 0 and exact.prefiltered not in hits)
-            ):
-                tail = tail_start(exact, text, pos)
-                if tail < size:
-                    tails.append((tail, position, exact))
-                continue
-            hold = search_from(exact, text, pos, final, hold, matches, accepted)
-        if tails:
-            tails.sort()  # by tail, then catalog order (positions are distinct)
-            for tail, _, exact in tails:
-                if tail >= hold:
-                    break
-                hold = search_from(exact, text, tail, final, hold, matches, accepted)
+        matches, accepted, hold = scan_patterns(plan, self._prefilter, text, pos, final)
         if not matches:
             return [], hold  # most of a stream's scans: nothing complete, at most a hold
         # A match that straddles `hold` is not settled either: hold from its start.

@@ -1,18 +1,44 @@
 """Searching a stream's text, which may go on: which patterns can begin in it (`StreamPlan`),
-and one pattern's matches up to the first that is, or may be, still in progress, and where
-that one starts (the window's hold)."""
+the patterns' matches up to the first of each that is, or may be, still in progress, and
+where the earliest such one starts (the window's hold: `scan_patterns`).
+
+Compiled with the request path (a paced stream scans once per chunk); the patterns are the
+plain `detector` module's, seen here through `ExactPattern`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from gateway.redaction.entities import LOOKAHEAD
-
-if TYPE_CHECKING:
-    from gateway.redaction.detector import Found, _Exact
+from gateway.redaction.prefilter import Prefilter
 
 _CHOSEN = 4096
+UNBOUNDED = 1 << 62
+_TAILS_FROM = 4  # patterns to search: below this, searching each costs less than sparing some
+
+
+class ExactPattern(Protocol):
+    """One pattern of a catalog (`detector._Exact`), as a stream's scan reads it."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def pattern(self) -> Any: ...  # regex.Pattern[str]
+    @property
+    def width(self) -> int: ...
+    @property
+    def shortest(self) -> int: ...
+    @property
+    def starts(self) -> frozenset[str] | None: ...
+    @property
+    def prefiltered(self) -> int: ...
+    @property
+    def tail_chars(self) -> str | None: ...
+    @property
+    def first_char(self) -> Any: ...  # re.Pattern[str] | None
+
+    def accept(self, match: Any) -> Any: ...  # its Found, or None
 
 
 class StreamPlan:
@@ -22,7 +48,7 @@ class StreamPlan:
 
     __slots__ = ("_always", "_by_char", "_chosen", "every")
 
-    def __init__(self, patterns: Sequence[_Exact], names: frozenset[str]) -> None:
+    def __init__(self, patterns: Sequence[ExactPattern], names: frozenset[str]) -> None:
         self.every = tuple(exact for exact in patterns if exact.kind in names)
         by_char: dict[str, list[int]] = {}
         always: list[int] = []
@@ -35,9 +61,9 @@ class StreamPlan:
         self._by_char = {char: frozenset(indexes) for char, indexes in by_char.items()}
         self._always = frozenset(always)
         # Per set of characters seen: a stream's chunks bring the same few sets again and again.
-        self._chosen: dict[frozenset[str], list[_Exact]] = {}
+        self._chosen: dict[frozenset[str], list[ExactPattern]] = {}
 
-    def for_chars(self, present: frozenset[str]) -> list[_Exact]:
+    def for_chars(self, present: frozenset[str]) -> list[ExactPattern]:
         """The patterns, in catalog order, that may begin with one of `present`."""
         known = self._chosen.get(present)
         if known is not None:
@@ -55,8 +81,64 @@ class StreamPlan:
         return patterns
 
 
+def scan_patterns(
+    plan: StreamPlan, prefilter: Prefilter, text: str, pos: int, final: bool
+) -> tuple[list[Any], list[Any], int]:
+    """The plan's patterns searched in `text` from `pos` on: (every complete match, accepted or
+    not; the accepted ones, as the patterns' `accept` makes them; the hold: where the earliest
+    match that is or may be in progress starts, else `len(text)`)."""
+    size = len(text)
+    hold = size
+    matches: list[Any] = []
+    accepted: list[Any] = []
+    # A pattern none of whose first characters is in the (ASCII) text from `pos` on can
+    # neither match nor be in progress there: most patterns, on most of a stream's text.
+    rest = text[pos:]
+    patterns: Sequence[ExactPattern] = plan.every
+    hits: set[int] | None = None
+    # Text from `pos` on shorter than a pattern's shortest match cannot hold a complete
+    # one (a window's text mostly is: a word or two), Hyperscan or not.
+    short = UNBOUNDED
+    if rest.isascii():
+        patterns = plan.for_chars(frozenset(rest))
+        # While the text may go on: a prefiltered pattern Hyperscan reports no match of
+        # (none ending at `pos` or later) has no complete match from `pos` on, at most one
+        # in progress at the end, which has read the text from its start to the end: it
+        # starts in the text's tail of the characters such a match reads, at one of its
+        # first characters. Searched from there, and not at all when that is at or after
+        # the hold another pattern already set. (The final scan searches every pattern, as
+        # `find`'s exact reference.)
+        if not final and text.isascii():
+            short = size - pos
+            # Worth its Hyperscan call only when there are a few patterns to spare a search.
+            if len(patterns) >= _TAILS_FROM:
+                hits = prefilter.ending_from(text, pos)
+    tails: list[tuple[int, int, ExactPattern]] = []
+    for position, exact in enumerate(patterns):
+        if exact.tail_chars is not None and (
+            short < exact.shortest
+            or (hits is not None and exact.prefiltered >= 0 and exact.prefiltered not in hits)
+        ):
+            tail = tail_start(exact, text, pos)
+            if tail < size:
+                tails.append((tail, position, exact))
+            continue
+        hold = search_from(exact, text, pos, final, hold, matches, accepted)
+    if tails:
+        tails.sort(key=_by_tail)  # then catalog order (positions are distinct)
+        for tail, _, exact in tails:
+            if tail >= hold:
+                break
+            hold = search_from(exact, text, tail, final, hold, matches, accepted)
+    return matches, accepted, hold
+
+
+def _by_tail(tail: tuple[int, int, ExactPattern]) -> tuple[int, int]:
+    return tail[0], tail[1]
+
+
 def search_from(
-    exact: _Exact, text: str, at: int, final: bool, hold: int, matches: list[Any], accepted: list[Found]
+    exact: ExactPattern, text: str, at: int, final: bool, hold: int, matches: list[Any], accepted: list[Any]
 ) -> int:
     """`exact`'s matches from `at` on, into `matches` and `accepted`, up to the first one that
     is (or may be) still in progress; the hold, lowered to where that one starts."""
@@ -79,7 +161,7 @@ def search_from(
     return hold
 
 
-def tail_start(exact: _Exact, text: str, pos: int) -> int:
+def tail_start(exact: ExactPattern, text: str, pos: int) -> int:
     """Where a match of `exact` still in progress at the end of `text` can start, at `pos` or
     later (`len(text)` when nowhere): in the text's tail of the characters such a match has
     read (`tail_chars`), at one of its first characters."""
@@ -91,7 +173,7 @@ def tail_start(exact: _Exact, text: str, pos: int) -> int:
     return tail
 
 
-def _growing(exact: _Exact, text: str, at: int, match: Any) -> int | None:
+def _growing(exact: ExactPattern, text: str, at: int, match: Any) -> int | None:
     """The earliest start, from `at` to `match`'s, of a match that more text could still
     make or change (None when there is none): `match` is the leftmost the text holds now, a
     complete one that ends `LOOKAHEAD` characters or more before the end.
@@ -115,7 +197,7 @@ def _growing(exact: _Exact, text: str, at: int, match: Any) -> int | None:
     return None
 
 
-def _next(match: Any, found: Found | None) -> int:
+def _next(match: Any, found: Any) -> int:
     """Where to look next: after an accepted match; one character on from a rejected one, so
     that "2 4111 1111 1111 1111" (no card: 17 digits) still yields the card after the 2."""
     if found is None or match.end() == match.start():
