@@ -210,3 +210,71 @@ def test_serve_runs_workers_and_stops_cleanly_on_sigterm(
         assert list(temp.iterdir()) == []
     finally:
         stop_group(process, signal.SIGKILL)  # the workers too, should the master have left any
+
+
+def _unshare_pid() -> list[str] | None:
+    """The command prefix that runs a process as PID 1 of a new PID namespace, if this machine
+    lets the tests make one (root, or user namespaces); else None."""
+    as_root = ["unshare", "--fork", "--pid"]
+    for prefix in (as_root, ["unshare", "--user", "--map-root-user", "--fork", "--pid"]):
+        try:
+            probe = subprocess.run(
+                [*prefix, sys.executable, "-c", "import os; print(os.getpid())"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if probe.returncode == 0 and probe.stdout.strip() == "1":
+            return prefix
+    return None
+
+
+@pytest.mark.slow
+@process_timeout
+def test_serve_as_a_containers_init_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    # A container runs `tollgate serve` as PID 1 (the image has no init), and the kernel does
+    # not take a signal's default action on PID 1: a single worker must still exit 0, its
+    # metrics directory removed, rather than trip over the SIGTERM it raises again when done.
+    prefix = _unshare_pid()
+    if prefix is None:
+        pytest.skip("no PID namespace can be made here (unshare)")
+    config_path = _config(tmp_path)
+    port = free_port()
+    log = tmp_path / "serve.log"
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {name: value for name, value in os.environ.items() if name != "TOLLGATE_METRICS_DIR"}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[2]), TMPDIR=str(temp))
+    command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config_path)]
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [*prefix, *command, "--port", str(port), "--workers", "1"],
+            cwd=tmp_path,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+        assert len(children) == 1  # unshare's one child: the gateway, PID 1 in its namespace
+        os.kill(int(children[0]), signal.SIGTERM)
+        assert process.wait(timeout=STOP_TIMEOUT_S) == 0, log.read_text()
+        output = log.read_text()
+        assert "Finished server process [1]" in output
+        assert "Traceback" not in output
+        assert list(temp.iterdir()) == []
+    finally:
+        stop_group(process, signal.SIGKILL)
