@@ -323,11 +323,11 @@ def _optional_str(value: object) -> str | None:
 
 
 def unavailable(describe: str, exc: BaseException, may_have_applied: bool = False) -> StateStoreUnavailable:
-    failure = f"the state store (Redis at {describe}) is unreachable or failed ({type(exc).__name__})"
+    what = f"state store (Redis at {describe}) is unreachable or failed ({type(exc).__name__})"
     error = StateStoreUnavailable(
-        f"T{failure[1:]}; budgets and rate limits cannot be checked, so the request was not processed.",
+        f"The {what}; budgets and rate limits cannot be checked, so the request was not processed.",
         may_have_applied=may_have_applied,
-        failure=failure,
+        failure=f"the {what}",
     )
     error.__cause__ = exc  # for the log; clients see only the message above
     return error

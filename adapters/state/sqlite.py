@@ -66,8 +66,8 @@ def _resolve(future: asyncio.Future[Any], outcome: object, path: str) -> None:
     if future.done():  # the caller went away
         return
     if isinstance(outcome, sqlite3.Error | OSError):
-        failure = f"the state store (SQLite file {path}) failed: {outcome}"
-        error = StateStoreUnavailable(f"T{failure[1:]}. The request was not processed.", failure=failure)
+        what = f"state store (SQLite file {path}) failed: {outcome}"
+        error = StateStoreUnavailable(f"The {what}. The request was not processed.", failure=f"the {what}")
         error.__cause__ = outcome
         future.set_exception(error)
     else:

@@ -16,11 +16,19 @@ import pytest
 
 from gateway.app import keyring_from, tenants_from
 from gateway.cli import main
-from gateway.config import load_config
+from gateway.config import METRICS_DIR_ENV, load_config
 from gateway.keys import hash_key
 from simulator import RunningSimulator
 from tests.harness import HELLO, free_port, recorded
-from tests.processes import START_TIMEOUT_S, STOP_TIMEOUT_S, process_timeout, stop_group
+from tests.processes import (
+    START_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    http_ready,
+    process_timeout,
+    start_group,
+    stop_group,
+    wait_until,
+)
 from tests.servers import REQUEST_ID_KEY, UPSTREAM_KEY
 
 CONFIG = """\
@@ -161,11 +169,7 @@ def test_serve_runs_workers_and_stops_cleanly_on_sigterm(
             cwd=tmp_path,
             stdout=sink,
             stderr=subprocess.STDOUT,
-            env={
-                **{name: value for name, value in os.environ.items() if name != "TOLLGATE_METRICS_DIR"},
-                "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-                "TMPDIR": str(temp),
-            },
+            env=_serve_env(temp),
             start_new_session=True,
         )
     try:
@@ -212,6 +216,14 @@ def test_serve_runs_workers_and_stops_cleanly_on_sigterm(
         stop_group(process, signal.SIGKILL)  # the workers too, should the master have left any
 
 
+def _serve_env(temp: Path) -> dict[str, str]:
+    """A served gateway's environment: this checkout first on its path, and its workers'
+    metrics directory made (and to be removed) in `temp`."""
+    env = {name: value for name, value in os.environ.items() if name != METRICS_DIR_ENV}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[2]), TMPDIR=str(temp))
+    return env
+
+
 def _unshare_pid() -> list[str] | None:
     """The command prefix that runs a process as PID 1 of a new PID namespace, if this machine
     lets the tests make one (root, or user namespaces); else None."""
@@ -246,28 +258,14 @@ def test_serve_as_a_containers_init_stops_cleanly_on_sigterm(tmp_path: Path) -> 
     log = tmp_path / "serve.log"
     temp = tmp_path / "temp"
     temp.mkdir()
-    env = {name: value for name, value in os.environ.items() if name != "TOLLGATE_METRICS_DIR"}
-    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[2]), TMPDIR=str(temp))
     command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config_path)]
     with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [*prefix, *command, "--port", str(port), "--workers", "1"],
-            cwd=tmp_path,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
+        process = start_group(
+            [*prefix, *command, "--port", str(port), "--workers", "1"], sink, tmp_path, _serve_env(temp)
         )
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        ready = http_ready(f"http://127.0.0.1:{port}/healthz", process, log)
+        wait_until(ready, START_TIMEOUT_S, f"the gateway on port {port} (log: {log})")
         children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
         assert len(children) == 1  # unshare's one child: the gateway, PID 1 in its namespace
         os.kill(int(children[0]), signal.SIGTERM)
